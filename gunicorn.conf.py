@@ -1,0 +1,19 @@
+"""Read by a bare `gunicorn wsgi:app` (and used by `python app.py`).
+
+Threaded workers, because agents' long waits (up to an hour) sit in a request thread: with
+these settings one relay serves workers × threads concurrent waits and keeps answering
+other requests meanwhile.
+"""
+
+import multiprocessing
+import os
+
+bind = f"{os.environ.get('OAR_HOST', '127.0.0.1')}:{os.environ.get('PORT', '8080')}"
+worker_class = "gthread"
+workers = int(os.environ.get("WEB_CONCURRENCY", min(4, multiprocessing.cpu_count() * 2 + 1)))
+threads = int(os.environ.get("OAR_WEB_THREADS", "64"))
+# gthread workers answer the arbiter from their main loop, so long requests don't trip this.
+timeout = 30
+graceful_timeout = 10
+keepalive = 5
+accesslog = os.environ.get("OAR_ACCESS_LOG") or None

@@ -1,0 +1,5 @@
+import sys
+
+from oar.cli import main
+
+sys.exit(main())

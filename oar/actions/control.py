@@ -1,0 +1,217 @@
+"""update_session, stop and archive (SPEC §5.9, §5.11)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oar import groups, lifecycle, providers, sessions, turns
+from oar.actions.common import CWD, EFFORT, GROUP, MODE, MODEL, RELAY, SESSION, TITLE
+from oar.actions.dispatch import CallContext
+from oar.actions.prompts import check_effort, provider_unavailable
+from oar.actions.registry import Param, action
+from oar.db import write_transaction
+from oar.errors import ActionError, invalid
+from oar.folders import check_folder
+from oar.modelcheck import check_model
+from oar.models import Session
+
+UPDATE_NOTHING = "Nothing was changed."
+OWNER_ONLY_SETTING = "Whether a session may start sessions is the owner's setting alone."
+
+
+def _window(value: Any) -> str:
+    """`auto_compact_window`: "auto" or a token count."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    if isinstance(value, bool) or not isinstance(value, int) or not 1_000 <= value <= 10_000_000:
+        raise invalid(
+            'update_session: auto_compact_window must be "auto" or a token count from 1,000 to 10,000,000. '
+            + UPDATE_NOTHING
+        )
+    return str(value)
+
+
+@action(
+    "update_session",
+    params={
+        "relay": RELAY,
+        "session": SESSION,
+        "model": MODEL,
+        "effort": EFFORT,
+        "mode": MODE,
+        "title": TITLE,
+        "group": GROUP,
+        "cwd": CWD,
+        "thinking_enabled": Param("bool"),
+        "thinking_display": Param("str", choices=("summarized", "full", "hidden")),
+        "auto_compact_window": Param("any"),  # checked by _window: "auto" or an integer
+    },
+    level="full",
+    writes=True,
+    strict=True,
+    nothing=UPDATE_NOTHING,
+    not_own_session="session",
+)
+def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Change a session's settings for its next turns without prompting it."""
+    target = sessions.resolve(args["session"], ctx.relay_name, UPDATE_NOTHING)
+    provider = providers.get(target.provider)
+    if provider is None:
+        raise provider_unavailable(target.provider, ctx.relay_name, UPDATE_NOTHING)
+    notes: list[str] = []
+    wanted: dict[str, Any] = {}
+    if "model" in args:
+        choice = check_model(args["model"], provider, relay_name=ctx.relay_name, nothing=UPDATE_NOTHING)
+        wanted["model"] = choice.model
+        if choice.note:
+            notes.append(choice.note)
+    if "effort" in args:
+        wanted["effort"] = check_effort(args["effort"], provider, ctx.relay_name, UPDATE_NOTHING)
+    if "mode" in args:
+        wanted["mode"] = args["mode"]
+    if "title" in args:
+        if not args["title"].strip():
+            raise invalid("update_session: title cannot be blank. " + UPDATE_NOTHING)
+        wanted["title"] = args["title"].strip()
+    group_change = _group_change(ctx, target, args.get("group"))
+    if "cwd" in args:
+        if provider.workspace == "repo":
+            raise invalid(f"{provider.name} works in repositories; a session there has no folder. {UPDATE_NOTHING}")
+        folder = check_folder(args["cwd"], ctx.settings["allowed_roots"], UPDATE_NOTHING)
+        if folder != target.cwd:
+            if sessions.is_busy(target):
+                raise ActionError(
+                    "REMOTE_RELAY_BUSY",
+                    f"The session cannot move to another folder now: a turn is queued or running in session "
+                    f"{target.id[:8]}. {UPDATE_NOTHING}",
+                )
+            wanted["cwd"] = folder
+    ignored_settings: dict[str, Any] = {}
+    if "thinking_enabled" in args:
+        ignored_settings["thinking_enabled"] = args["thinking_enabled"]
+    if "thinking_display" in args:
+        ignored_settings["thinking_display"] = args["thinking_display"]
+    if "auto_compact_window" in args:
+        ignored_settings["auto_compact_window"] = _window(args["auto_compact_window"])
+
+    changed = [key for key, value in wanted.items() if getattr(target, key) != value]
+    if group_change is not None and group_change != ("keep",):
+        changed.append("group")
+    stored_only = [key for key, value in ignored_settings.items() if getattr(target, key) != value]
+    if not changed and not stored_only:
+        return _update_result(ctx, target, [], notes)
+    if changed and target.created_by_session != ctx.caller.id:
+        raise ActionError(
+            "REMOTE_RELAY_PERMISSION",
+            f"Session {target.id[:8]} was not started by this conversation; changing it needs the owner's "
+            f"Allow, which this relay cannot ask for yet. Ask the user to change it on the relay's page. {UPDATE_NOTHING}",
+        )
+    group_created = None
+    with write_transaction():
+        values = {key: wanted[key] for key in changed if key != "group"}
+        values.update({key: ignored_settings[key] for key in stored_only})
+        if values:
+            Session.update(**values).where(Session.id == target.id).execute()
+        target = Session.get_by_id(target.id)
+        if group_change is not None:
+            group_created = _apply_group_change(target, group_change)
+    target = Session.get_by_id(target.id)
+    if stored_only:
+        notes.append(
+            f"{', '.join(stored_only)} stored; {provider.name} does not use "
+            f"{'it' if len(stored_only) == 1 else 'them'}, so the change is not in changed."
+        )
+    result = _update_result(ctx, target, changed, notes)
+    if "cwd" in changed:
+        result["relaunched"] = False
+        notes.append("The session has no running agent process; the new folder is used from its next turn.")
+        result["note"] = " ".join(notes)
+    if group_created:
+        result["groupCreated"] = group_created
+    return result
+
+
+def _group_change(ctx: CallContext, target: Session, reference: str | None) -> tuple[Any, ...] | None:
+    """What to do with the group: None (not asked), ("keep",), ("leave",), ("join", g), ("create", name)."""
+    if reference is None:
+        return None
+    if reference.strip().lower() == "none":
+        return ("leave",) if target.group_id else ("keep",)
+    if reference.strip().startswith("grp_"):
+        group = groups.resolve(reference, ctx.relay_name, UPDATE_NOTHING)
+    else:
+        matches = groups.find_by_name(reference)
+        if not matches:
+            return ("create", reference.strip())
+        group = groups.resolve(reference, ctx.relay_name, UPDATE_NOTHING)
+    return ("keep",) if target.group_id == group.id else ("join", group)
+
+
+def _apply_group_change(target: Session, change: tuple[Any, ...]) -> dict[str, str] | None:
+    if change[0] == "leave":
+        groups.leave(target)
+    elif change[0] == "join":
+        groups.join(target, change[1])
+    elif change[0] == "create":
+        group = groups.create(head=target, name=change[1])
+        groups.join(target, group)
+        return {"id": group.id, "name": change[1]}
+    return None
+
+
+def _update_result(ctx: CallContext, target: Session, changed: list[str], notes: list[str]) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "summary": f"update_session → {ctx.relay_name} session {target.id[:8]}: "
+        + (f"changed {', '.join(changed)}" if changed else "nothing to change"),
+        "session": target.id,
+        "settings": sessions.settings_of(target),
+        "changed": changed,
+    }
+    if notes:
+        result["note"] = " ".join(notes)
+    return result
+
+
+@action(
+    "stop",
+    params={"relay": RELAY, "session": SESSION},
+    level="full",
+    writes=True,
+    nothing="Nothing was stopped.",
+    not_own_session="session",
+)
+def stop(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Stop the session's running turn, like the page's Stop button."""
+    target = sessions.resolve(args["session"], ctx.relay_name, "Nothing was stopped.")
+    acknowledgement = turns.request_stop(ctx.runtime, target)
+    if acknowledgement == "stop-queued":
+        turns.signal_stop(ctx.runtime, target.active_turn)
+    return {
+        "summary": f"stop → {ctx.relay_name} session {target.id[:8]}: {acknowledgement}",
+        "session": target.id,
+        "stopRequested": acknowledgement != "no-active-turn",
+        "acknowledgement": acknowledgement,
+    }
+
+
+@action(
+    "archive",
+    params={"relay": RELAY, "session": SESSION},
+    level="full",
+    writes=True,
+    nothing="Nothing was archived.",
+    not_own_session="session",
+)
+def archive(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Archive a session: its running turn stops and queued prompts are cancelled."""
+    target = sessions.resolve(args["session"], ctx.relay_name, "Nothing was archived.")
+    already = target.archived
+    lifecycle.archive(ctx.runtime, target)
+    result = {
+        "summary": f"archive → {ctx.relay_name} session {target.id[:8]}: archived",
+        "session": target.id,
+        "archived": True,
+    }
+    if already:
+        result["note"] = "The session was already archived."
+    return result

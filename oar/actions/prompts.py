@@ -1,0 +1,259 @@
+"""send, create_session and wait: prompting sessions and waiting for replies (SPEC §5.6, §5.7, §5.10, §7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oar import defaults, groups, providers, rules, sessions, turns
+from oar.actions.common import CWD, EFFORT, GROUP, MODE, MODEL, PROVIDER, RELAY, SESSION, TEXT, TITLE, WAIT_SECONDS
+from oar.actions.dispatch import CallContext
+from oar.actions.registry import Param, action
+from oar.db import write_transaction
+from oar.errors import ActionError, invalid, not_found
+from oar.folders import check_folder
+from oar.modelcheck import check_model
+from oar.models import Message, Session
+from oar.providers.base import Provider
+from oar.settings import default_cwd
+
+
+def wait_seconds(ctx: CallContext, args: dict[str, Any]) -> tuple[int, str | None]:
+    """The wait to use, capped by the owner's "Longest wait per tool call" (SPEC §7)."""
+    requested = args.get("wait_seconds", defaults.DEFAULT_WAIT_SECONDS)
+    cap = ctx.settings["max_wait_seconds"]
+    if requested > cap:
+        return cap, f"This relay caps waits at {cap} s; waited {cap} s instead of {requested} s."
+    return requested, None
+
+
+def waited_result(ctx: CallContext, message: Message, args: dict[str, Any]) -> dict[str, Any]:
+    seconds, cap_note = wait_seconds(ctx, args)
+    if seconds > 0:
+        message = turns.wait_for(ctx.runtime, message.id, seconds)
+    else:
+        message = Message.get(Message.id == message.id)
+    entry = turns.result(ctx.runtime, message)
+    notes = [cap_note] if cap_note else []
+    if message.status in ("queued", "running"):
+        notes.append(turns.NOT_FINISHED_NOTE)
+    if entry.get("note"):
+        notes.insert(0, entry["note"])
+    if notes:
+        entry["note"] = " ".join(notes)
+    return entry
+
+
+def check_effort(effort: str, provider: Provider, relay_name: str, nothing: str) -> str:
+    if provider.efforts and effort not in provider.efforts:
+        raise invalid(
+            f"Unknown effort '{effort[:32]}' for {provider.name} on relay \"{relay_name}\". "
+            f"Efforts: {', '.join(provider.efforts)}. {nothing}"
+        )
+    return effort
+
+
+def provider_unavailable(name: str, relay_name: str, nothing: str) -> ActionError:
+    configured = [p.name for p in providers.configured()]
+    return ActionError(
+        "REMOTE_RELAY_PROVIDER_UNAVAILABLE",
+        f'Provider "{name[:64]}" is not configured on relay "{relay_name}". '
+        f"Configured: {', '.join(configured) or 'none'}. {nothing}",
+        providers=configured,
+    )
+
+
+@action(
+    "send",
+    params={
+        "relay": RELAY,
+        "session": SESSION,
+        "text": TEXT,
+        "wait_seconds": WAIT_SECONDS,
+        "mode": MODE,
+        "model": MODEL,
+        "effort": EFFORT,
+        "provider": PROVIDER,
+        "if_busy": Param("str", choices=("queue", "fail")),
+    },
+    level="prompt",
+    writes=True,
+    nothing="Nothing was sent.",
+    not_own_session="session",
+)
+def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Queue a prompt to a session and wait for the reply."""
+    nothing = "Nothing was sent."
+    target = sessions.resolve(args["session"], ctx.relay_name, nothing)
+    if target.archived:
+        raise not_found(f"Session {target.id[:8]} is archived. {nothing}")
+    busy = sessions.is_busy(target)
+    if target.created_by_session == ctx.caller.id and not busy:
+        rules.check_active_limit(ctx.caller, nothing)
+    provider = providers.get(target.provider)
+    if provider is None:
+        raise provider_unavailable(target.provider, ctx.relay_name, nothing)
+    if args.get("provider") and args["provider"] != target.provider:
+        raise ActionError(
+            "REMOTE_RELAY_UNSUPPORTED",
+            f'Relay "{ctx.relay_name}" cannot move a session to another provider with send yet '
+            f"(session {target.id[:8]} runs on {target.provider}). {nothing}",
+        )
+    model_note = None
+    model = target.model
+    if args.get("model"):
+        choice = check_model(args["model"], provider, relay_name=ctx.relay_name, nothing=nothing)
+        model, model_note = choice.model, choice.note
+    effort = check_effort(args["effort"], provider, ctx.relay_name, nothing) if args.get("effort") else target.effort
+    if busy and args.get("if_busy") == "fail":
+        active = Message.select().where(
+            (Message.session == target.id) & Message.status.in_(sessions.OPEN_TURN)
+        ).order_by(Message.seq).first()
+        raise ActionError(
+            "REMOTE_RELAY_BUSY",
+            f"Session {target.id[:8]} is busy with another turn (if_busy: fail). {nothing}",
+            progress=turns.progress(active),
+        )
+    rules.check_loop(ctx.caller, nothing)
+    mode = args.get("mode") or ctx.caller.mode
+    with write_transaction():
+        Session.update(mode=mode, model=model, effort=effort).where(Session.id == target.id).execute()
+        target = Session.get_by_id(target.id)
+        message = turns.insert_prompt(target, args["text"], ctx.provenance(), mode=mode, model=model, effort=effort)
+        rules.count_agent_prompt(ctx.caller)
+    turns.start_turns(ctx.runtime, target.id)
+    entry = waited_result(ctx, message, args)
+    if model_note:
+        entry["modelNote"] = model_note
+    entry["summary"] = f"send → {ctx.relay_name} session {target.id[:8]}: {turns.summary_status(entry)}"
+    return entry
+
+
+@action(
+    "create_session",
+    params={
+        "relay": RELAY,
+        "text": TEXT,
+        "provider": PROVIDER,
+        "model": MODEL,
+        "cwd": CWD,
+        "repo": Param("str", max_length=500),
+        "branch": Param("str", max_length=200),
+        "mode": MODE,
+        "effort": EFFORT,
+        "title": TITLE,
+        "group": GROUP,
+        "wait_seconds": WAIT_SECONDS,
+    },
+    level="full",
+    writes=True,
+    strict=True,
+    nothing="Nothing was created.",
+)
+def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Start a session with a first prompt and wait for the reply."""
+    nothing = "Nothing was created."
+    caller = ctx.caller
+    rules.check_may_create(caller, nothing)
+    rules.check_active_limit(caller, nothing)
+    configured = providers.configured()
+    if args.get("provider"):
+        provider = providers.get(args["provider"])
+        if provider is None:
+            raise provider_unavailable(args["provider"], ctx.relay_name, nothing)
+    else:
+        provider = providers.get(caller.provider) or (configured[0] if configured else None)
+        if provider is None:
+            raise provider_unavailable(caller.provider, ctx.relay_name, nothing)
+    cwd, repo, branch = _workspace(ctx, args, provider, nothing)
+    model_note = None
+    if args.get("model"):
+        choice = check_model(args["model"], provider, relay_name=ctx.relay_name, nothing=nothing, others=configured)
+        model, model_note = choice.model, choice.note
+    else:
+        model = caller.model if caller.model in provider.models else provider.default_model
+    if args.get("effort"):
+        effort = check_effort(args["effort"], provider, ctx.relay_name, nothing)
+    else:
+        effort = caller.effort if caller.effort in provider.efforts else None
+    group = groups.resolve(args["group"], ctx.relay_name, "No session was created.") if args.get("group") else None
+    rules.check_loop(caller, nothing)
+    mode = args.get("mode") or caller.mode
+    title = (args.get("title") or "").strip() or sessions.title_from(args["text"])
+    with write_transaction():
+        session = sessions.create(
+            title=title, provider=provider.name, model=model, effort=effort, mode=mode,
+            cwd=cwd, repo=repo, branch=branch, created_by=caller,
+        )
+        if group is None:
+            caller = Session.get_by_id(caller.id)
+            group = caller.group if caller.group_id else groups.create(head=caller)
+            if caller.group_id is None:
+                groups.join(caller, group)
+        groups.join(session, group)
+        message = turns.insert_prompt(session, args["text"], ctx.provenance(), mode=mode, model=model, effort=effort)
+        rules.count_agent_prompt(caller)
+    turns.start_turns(ctx.runtime, session.id)
+    entry = waited_result(ctx, message, args)
+    session = Session.get_by_id(session.id)
+    entry.update(
+        provider=provider.name, model=model, mode=mode, effort=effort, title=title,
+        group=groups.field_for(session),
+    )
+    if repo:
+        entry.update(repo=repo, branch=branch)
+    if model_note:
+        entry["modelNote"] = model_note
+    entry["summary"] = (
+        f'create_session → {ctx.relay_name}: session {session.id[:8]} "{title}" {turns.summary_status(entry)}'
+    )
+    return entry
+
+
+def _workspace(
+    ctx: CallContext, args: dict[str, Any], provider: Provider, nothing: str
+) -> tuple[str | None, str | None, str | None]:
+    """(cwd, repo, branch): repository-based providers take a repo, the others a folder."""
+    if provider.workspace == "repo":
+        if args.get("cwd"):
+            raise invalid(f"{provider.name} works in repositories: give repo (and branch), not cwd. {nothing}")
+        if not args.get("repo"):
+            raise invalid(f"create_session needs repo for {provider.name}, which works in repositories. {nothing}")
+        return None, args["repo"], args.get("branch")
+    if args.get("repo") or args.get("branch"):
+        raise invalid(f"{provider.name} works in folders: give cwd, not repo or branch. {nothing}")
+    roots = ctx.settings["allowed_roots"]
+    if args.get("cwd"):
+        return check_folder(args["cwd"], roots, nothing), None, None
+    if ctx.caller.cwd:
+        try:
+            return check_folder(ctx.caller.cwd, roots, nothing), None, None
+        except ActionError:
+            pass  # the caller's folder is not one agents may use: fall back to the default
+    folder = default_cwd(ctx.runtime.config)
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder.resolve()), None, None
+
+
+@action(
+    "wait",
+    params={
+        "relay": RELAY,
+        "session": SESSION,
+        "message_id": Param("str", required=True, max_length=64, description="the message_id send returned"),
+        "wait_seconds": WAIT_SECONDS,
+    },
+    level="read",
+    not_own_session="session",
+)
+def wait(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Keep waiting for a reply that send or create_session did not get in time."""
+    session = sessions.resolve(args["session"], ctx.relay_name)
+    message = Message.get_or_none(
+        (Message.id == args["message_id"]) & (Message.session == session.id) & Message.status.is_null(False)
+    )
+    if message is None:
+        raise not_found(f'Session {session.id[:8]} has no prompt with message_id "{args["message_id"][:64]}".')
+    entry = waited_result(ctx, message, args)
+    entry["summary"] = f"wait → {ctx.relay_name} session {session.id[:8]}: {turns.summary_status(entry)}"
+    return entry
+

@@ -1,0 +1,80 @@
+"""The action registry: `@action(...)` next to each handler, one table for the dispatcher."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from oar.actions.dispatch import CallContext
+
+Handler = Callable[["CallContext", dict[str, Any]], dict[str, Any]]
+
+LEVELS = ("read", "prompt", "full")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One argument: its type, whether it is required, and its allowed values."""
+
+    kind: str  # str | int | bool | list | object | any
+    required: bool = False
+    choices: tuple[str, ...] = ()
+    minimum: int | None = None
+    maximum: int | None = None
+    max_length: int | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    name: str
+    handler: Handler
+    params: dict[str, Param]
+    # Minimum "Agents may" level on a paired relay; None: needs none (list_relays).
+    level: str | None
+    writes: bool
+    # create_session and update_session reject unknown arguments instead of ignoring them.
+    strict: bool = False
+    # The sentence that ends every refusal: "Nothing was sent." (empty for reads).
+    nothing: str = ""
+    # `relay` may be omitted (= "this").
+    relay_optional: bool = False
+    # The argument naming a session that must not be the caller's own conversation.
+    not_own_session: str | None = None
+    summary: str = ""
+
+
+ACTIONS: dict[str, ActionSpec] = {}
+
+
+def action(
+    name: str,
+    *,
+    params: dict[str, Param],
+    level: str | None,
+    writes: bool = False,
+    **options: Any,
+) -> Callable[[Handler], Handler]:
+    if level is not None and level not in LEVELS:
+        raise ValueError(f"unknown level {level}")
+
+    def register(handler: Handler) -> Handler:
+        if name in ACTIONS:
+            raise ValueError(f"action {name} registered twice")
+        ACTIONS[name] = ActionSpec(
+            name=name, handler=handler, params=params, level=level, writes=writes,
+            summary=(handler.__doc__ or "").strip().splitlines()[0] if handler.__doc__ else "",
+            **options,
+        )
+        return handler
+
+    return register
+
+
+def load_actions() -> dict[str, ActionSpec]:
+    """Import every action module so that their `@action` decorators have run."""
+    from oar.actions import control, prompts, relays, sessions  # noqa: F401
+
+    return ACTIONS

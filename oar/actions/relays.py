@@ -1,0 +1,91 @@
+"""list_relays, relay_info, usage (SPEC §5.1–5.3)."""
+
+from __future__ import annotations
+
+import platform
+from typing import Any
+
+from oar import __version__, defaults, groups, providers
+from oar.actions.common import RELAY
+from oar.actions.dispatch import CallContext
+from oar.actions.registry import action
+from oar.models import Session
+from oar.settings import default_cwd
+
+
+@action("list_relays", params={}, level=None)
+def list_relays(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Relays this conversation can act on, this relay first."""
+    relays = []
+    if ctx.settings["agent_sessions_enabled"]:
+        relays.append(
+            {
+                "name": ctx.relay_name,
+                "self": True,
+                "url": ctx.runtime.config.base_url,
+                "online": True,
+                "version": __version__,
+                "permission": "full",
+                "unlocked": True,
+            }
+        )
+    unlocked = sum(1 for relay in relays if relay["unlocked"])
+    noun = "relay" if len(relays) == 1 else "relays"
+    return {
+        "summary": f"list_relays: {len(relays)} {noun}, {unlocked} unlocked",
+        "relays": relays,
+        "self": {"name": ctx.relay_name},
+        "limits": {
+            "maxWaitSeconds": ctx.settings["max_wait_seconds"],
+            "maxActiveSessions": defaults.MAX_ACTIVE_SESSIONS,
+        },
+    }
+
+
+@action("relay_info", params={"relay": RELAY}, level="read")
+def relay_info(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    """What the relay offers: providers, folders, groups."""
+    configured = providers.configured()
+    recent_cwds = [
+        row.cwd
+        for row in Session.select(Session.cwd)
+        .where(Session.cwd.is_null(False) & (Session.deleted == False))  # noqa: E712
+        .group_by(Session.cwd)
+        .order_by(Session.cwd)
+        .limit(defaults.RECENT_CWDS)
+    ]
+    listed_groups, total = groups.listing(defaults.GROUPS_IN_RELAY_INFO)
+    result: dict[str, Any] = {
+        "summary": f"relay_info → {ctx.relay_name}: {len(configured)} providers, {total} groups",
+        "name": ctx.relay_name,
+        "version": __version__,
+        "platform": f"{platform.system().lower()}-{platform.machine()}",
+        "acceptsAgentPrompts": ctx.settings["accept_agent_prompts"],
+        "providers": [
+            {
+                "name": provider.name,
+                "kind": provider.kind,
+                "defaultModel": provider.default_model,
+                "models": provider.models,
+                "efforts": provider.efforts,
+            }
+            for provider in configured
+        ],
+        "defaultCwd": str(default_cwd(ctx.runtime.config).resolve()),
+        "recentCwds": recent_cwds,
+        "mode": ctx.caller.mode,
+        "groups": listed_groups,
+    }
+    if total > len(listed_groups):
+        result["groupsTotal"] = total
+    return result
+
+
+@action("usage", params={"relay": RELAY}, level="read")
+def usage(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Usage meters per provider (never account names, addresses or tokens)."""
+    entries = []
+    for provider in providers.configured():
+        # Only metered providers (API accounts with caps) have meters; echo is untracked.
+        entries.append({"name": provider.name, "status": "untracked", "meters": [], "paused": False})
+    return {"summary": f"usage → {ctx.relay_name}: {len(entries)} providers", "providers": entries}

@@ -1,0 +1,167 @@
+"""list_sessions and read_session (SPEC §5.4)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+from oar import defaults, groups, sessions
+from oar.actions.common import RELAY, SESSION
+from oar.actions.dispatch import CallContext
+from oar.actions.registry import Param, action
+from oar.errors import invalid, not_found
+from oar.models import Message, Session
+from oar.timeutil import iso
+from oar.turns import badge, clip_reply
+
+SCOPES = ("active", "recent", "all", "archived")
+
+
+def encode_cursor(session: Session) -> str:
+    raw = json.dumps([session.last_activity_at.isoformat(), session.id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        moment, session_id = json.loads(raw)
+        return datetime.fromisoformat(moment), str(session_id)
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+        raise invalid("list_sessions: cursor is not one this relay gave out; call without cursor to start over.") from None
+
+
+@action(
+    "list_sessions",
+    params={
+        "relay": RELAY,
+        "scope": Param("str", choices=SCOPES),
+        "query": Param("str", max_length=200),
+        "limit": Param("int", minimum=1, maximum=defaults.LIST_SESSIONS_MAX),
+        "cursor": Param("str", max_length=500),
+    },
+    level="read",
+)
+def list_sessions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Sessions on the relay, most recently active first."""
+    scope = args.get("scope", "recent")
+    limit = args.get("limit", defaults.LIST_SESSIONS_DEFAULT)
+    query = Session.select().where(Session.deleted == False)  # noqa: E712
+    busy = Message.select(Message.session).where(Message.status.in_(sessions.OPEN_TURN))
+    if scope == "archived":
+        query = query.where(Session.archived == True)  # noqa: E712
+    elif scope != "all":
+        query = query.where(Session.archived == False)  # noqa: E712
+    if scope == "active":
+        query = query.where(Session.id.in_(busy))
+    elif scope == "recent":
+        query = query.where(Session.last_activity_at >= ctx.now - timedelta(days=defaults.RECENT_SESSION_DAYS))
+    if args.get("query"):
+        text = args["query"].strip()
+        query = query.where(Session.title.contains(text) | Session.id.startswith(text.lower()))
+    if args.get("cursor"):
+        moment, after_id = decode_cursor(args["cursor"])
+        query = query.where(
+            (Session.last_activity_at < moment) | ((Session.last_activity_at == moment) & (Session.id < after_id))
+        )
+    rows = list(query.order_by(Session.last_activity_at.desc(), Session.id.desc()).limit(limit + 1))
+    more = len(rows) > limit
+    rows = rows[:limit]
+    busy_ids = sessions.busy_session_ids(row.id for row in rows)
+    result: dict[str, Any] = {
+        "summary": f"list_sessions → {ctx.relay_name}: {len(rows)} sessions ({scope}){', more' if more else ''}",
+        "sessions": [sessions.listed(row, row.id in busy_ids) for row in rows],
+        "nextCursor": encode_cursor(rows[-1]) if more else None,
+    }
+    return result
+
+
+@action(
+    "read_session",
+    params={
+        "relay": RELAY,
+        "session": SESSION,
+        "last": Param("int", minimum=1, maximum=defaults.READ_SESSION_LAST_MAX),
+        "before": Param("str", max_length=64, description="a message id: read the messages before it"),
+        "include_activity": Param("bool"),
+        "max_chars": Param("int", minimum=defaults.READ_SESSION_MAX_CHARS_RANGE[0], maximum=defaults.READ_SESSION_MAX_CHARS_RANGE[1]),
+    },
+    level="read",
+)
+def read_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    """A session's settings, its last messages and the reply being written."""
+    session = sessions.resolve(args["session"], ctx.relay_name)
+    last = args.get("last", defaults.READ_SESSION_LAST_DEFAULT)
+    budget = args.get("max_chars", defaults.READ_SESSION_MAX_CHARS_DEFAULT)
+    query = Message.select().where(Message.session == session.id)
+    if args.get("before"):
+        anchor = Message.get_or_none((Message.id == args["before"]) & (Message.session == session.id))
+        if anchor is None:
+            raise not_found(f'Session {session.id[:8]} has no message "{args["before"][:64]}".')
+        query = query.where(Message.seq < anchor.seq)
+    newest_first = list(query.order_by(Message.seq.desc()).limit(last + 1))
+    has_more = len(newest_first) > last
+    messages: list[dict[str, Any]] = []
+    clipped = False
+    for message in newest_first[:last]:
+        if budget <= 0:
+            has_more, clipped = True, True
+            break
+        text = message.text
+        if len(text) > budget:
+            text, clipped = text[: budget - 1] + "…", True
+        budget -= len(text)
+        messages.append(_message_entry(message, text, args.get("include_activity", False)))
+    messages.reverse()
+    busy = sessions.is_busy(session)
+    result: dict[str, Any] = {
+        "summary": f"read_session → {ctx.relay_name} session {session.id[:8]}: {len(messages)} messages, "
+        f"{sessions.state_of(session, busy)}",
+        "session": sessions.described(session, busy),
+        "messages": messages,
+        "state": sessions.state_of(session, busy),
+        "inFlight": _in_flight(session),
+        "pendingQuestions": [],
+        "group": groups.with_members(session),
+        "tasks": [],
+    }
+    if has_more and messages:
+        result["olderBefore"] = messages[0]["id"]
+    if clipped:
+        result["note"] = "Some text was left out to stay within max_chars; raise max_chars or read with before."
+    return result
+
+
+def _message_entry(message: Message, text: str, include_activity: bool) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "id": message.id,
+        "role": message.role,
+        "text": text,
+        "from": badge(message),
+        "createdAt": iso(message.created_at),
+    }
+    if message.status:
+        entry["status"] = message.status
+        if message.status == "failed":
+            entry["error"] = message.error
+    if message.model and message.role == "assistant":
+        entry["model"] = message.model
+    if include_activity and message.activities:
+        entry["activities"] = message.activities
+    return entry
+
+
+def _in_flight(session: Session) -> dict[str, Any] | None:
+    if not session.active_turn:
+        return None
+    turn = Message.get_or_none(Message.id == session.active_turn)
+    if turn is None or turn.status != "running":
+        return None
+    text, truncated = clip_reply(turn.partial_text or "")
+    entry = {"messageId": turn.id, "text": text, "startedAt": iso(turn.started_at), "model": turn.model}
+    if truncated:
+        entry["truncated"] = True
+    return entry

@@ -1,0 +1,66 @@
+"""Every limit and time constant of the relay, each with the line that says what it is.
+
+Time constants can be overridden from the environment as ``OAR_<NAME>`` (see
+``oar.config``), so that tests and demos can run them fast; the values here are the
+documented defaults (SPEC §15).
+"""
+
+# Longest wait per tool call (owner setting `max_wait_seconds`, 120–3600).
+MAX_WAIT_SECONDS = 600
+MAX_WAIT_SECONDS_RANGE = (120, 3600)
+# `wait_seconds` when a call does not give one.
+DEFAULT_WAIT_SECONDS = 120
+# A caller's own turn may last this long (owner setting `max_turn_seconds`).
+MAX_TURN_SECONDS = 3600
+# Task health: minutes without output before a task counts as quiet (owner setting).
+QUIET_AFTER_MINUTES = 10
+
+# Sessions started by one conversation with a turn queued or running, per relay.
+MAX_ACTIVE_SESSIONS = 4
+# Agent-to-agent prompts a conversation may send before an approval card.
+LOOP_PROMPTS_BEFORE_CARD = 30
+# Calls and write calls per sliding minute per conversation (owner settings; 0 = no limit).
+RATE_CALLS_PER_MINUTE = 60
+RATE_WRITES_PER_MINUTE = 10
+RATE_WINDOW_SECONDS = 60
+
+# Prompt and reply sizes (SPEC §7).
+MAX_PROMPT_CHARS = 100_000
+MAX_REPLY_CHARS = 8_000
+# Text of a running reply shown in `progress`.
+PROGRESS_TEXT_CHARS = 600
+PROGRESS_ACTIVITIES = 5
+
+# Lists.
+LIST_SESSIONS_DEFAULT = 20
+LIST_SESSIONS_MAX = 100
+READ_SESSION_LAST_DEFAULT = 10
+READ_SESSION_LAST_MAX = 50
+READ_SESSION_MAX_CHARS_DEFAULT = 12_000
+READ_SESSION_MAX_CHARS_RANGE = (500, 50_000)
+GROUPS_IN_RELAY_INFO = 50
+GROUPS_IN_ERROR = 20
+GROUP_MEMBERS_IN_READ = 50
+IGNORED_ARGUMENTS_LISTED = 20
+RECENT_SESSION_DAYS = 7
+RECENT_CWDS = 10
+
+# Turn execution.
+# A running turn writes a heartbeat this often; the reconciler fails a turn whose
+# heartbeat is older than TURN_STALE_SECONDS (its worker died).
+TURN_HEARTBEAT_SECONDS = 5
+TURN_STALE_SECONDS = 30
+# The clock runs the reconciler this often.
+RECONCILE_SECONDS = 5
+# Partial reply text is written to the database at most this often while streaming.
+PARTIAL_WRITE_SECONDS = 0.1
+# A turn checks the database for a stop request this often when Redis is unreachable.
+STOP_POLL_SECONDS = 1.0
+# A waiting call re-reads the database this often in case a wake-up signal was lost
+# (Redis restarted); wake-ups themselves arrive by signal within milliseconds.
+WAIT_RECHECK_SECONDS = 5
+
+# Ids and tokens.
+SESSION_ID_BYTES = 8  # 64 bits, hex: shown shortened to 8 characters
+TOKEN_BYTES = 32  # 256 bits
+SHORT_ID_CHARS = 8

@@ -1,0 +1,63 @@
+"""One error type that knows its JSON shape and HTTP status (SPEC §3, §14)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Error code → HTTP status of the JSON API.
+STATUS_BY_CODE: dict[str, int] = {
+    "REMOTE_RELAY_INVALID_INPUT": 400,
+    "REMOTE_RELAY_UNKNOWN_ACTION": 400,
+    "REMOTE_RELAY_UNKNOWN": 404,
+    "REMOTE_RELAY_LOCKED": 403,
+    "REMOTE_RELAY_FORBIDDEN": 403,
+    "REMOTE_INBOUND_DISABLED": 403,
+    "REMOTE_RELAY_HOP_LIMIT": 403,
+    "REMOTE_RELAY_APPROVAL_DENIED": 403,
+    "REMOTE_RELAY_PERMISSION": 403,
+    "REMOTE_RELAY_NO_ACTIVE_TURN": 403,
+    "REMOTE_RELAY_RATE_LIMITED": 429,
+    "REMOTE_RELAY_OFFLINE": 502,
+    "REMOTE_RELAY_UNAUTHORIZED": 401,
+    "REMOTE_RELAY_NOT_FOUND": 404,
+    "REMOTE_RELAY_BUSY": 409,
+    "REMOTE_RELAY_LOCAL_DISABLED": 403,
+    "REMOTE_RELAY_NESTED_SESSION": 403,
+    "REMOTE_RELAY_SESSION_LIMIT": 409,
+    "REMOTE_RELAY_OWN_SESSION": 400,
+    "REMOTE_RELAY_UNSUPPORTED": 400,
+    "REMOTE_RELAY_UNKNOWN_MODEL": 400,
+    "REMOTE_RELAY_UNKNOWN_GROUP": 400,
+    "REMOTE_RELAY_PROVIDER_UNAVAILABLE": 400,
+    "REMOTE_RELAY_SCHEDULE_LIMIT": 409,
+    "REMOTE_RELAY_QUESTION_LIMIT": 409,
+    "REMOTE_RELAY_SUBSCRIPTION_LIMIT": 409,
+    "REMOTE_RELAY_INTERNAL": 500,
+}
+
+
+class ActionError(Exception):
+    """A refused or failed call. `message` says what was wrong and what was not done."""
+
+    def __init__(self, code: str, message: str, **extra: Any) -> None:
+        if code not in STATUS_BY_CODE:
+            raise ValueError(f"unknown error code {code}")
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.extra = extra
+
+    @property
+    def status(self) -> int:
+        return STATUS_BY_CODE[self.code]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": False, "code": self.code, "error": self.message, **self.extra}
+
+
+def invalid(message: str, **extra: Any) -> ActionError:
+    return ActionError("REMOTE_RELAY_INVALID_INPUT", message, **extra)
+
+
+def not_found(message: str, **extra: Any) -> ActionError:
+    return ActionError("REMOTE_RELAY_NOT_FOUND", message, **extra)

@@ -1,0 +1,33 @@
+"""Archiving and deleting sessions (SPEC §5.11), shared by agents' actions and the owner API."""
+
+from __future__ import annotations
+
+from oar import groups, turns
+from oar.db import write_transaction
+from oar.models import Session
+from oar.runtime import Runtime
+from oar.timeutil import utcnow
+
+
+def archive(runtime: Runtime, target: Session) -> None:
+    """Stop the running turn, cancel queued prompts; the session stays in its group."""
+    _end_work(runtime, target, archived=True, reason="the session was archived.")
+
+
+def delete(runtime: Runtime, target: Session) -> None:
+    """Like archiving, and the session disappears from every list and lookup."""
+    _end_work(runtime, target, archived=True, deleted=True, reason="the session was deleted.")
+    with write_transaction():
+        groups.leave(Session.get_by_id(target.id))
+
+
+def _end_work(runtime: Runtime, target: Session, reason: str, **flags: bool) -> None:
+    with write_transaction():
+        Session.update(last_activity_at=utcnow(), **flags).where(Session.id == target.id).execute()
+        target = Session.get_by_id(target.id)
+        cancelled = turns.cancel_queued(target, reason)
+        stopping = turns.request_stop(runtime, target) == "stop-queued"
+    for message_id in cancelled:
+        runtime.signal_turn(message_id)
+    if stopping:
+        turns.signal_stop(runtime, target.active_turn)

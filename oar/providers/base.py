@@ -1,0 +1,109 @@
+"""What a provider is: something that turns one turn into a stream of events (SPEC §11)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """More reply text."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Activity:
+    """A line of tool activity shown in `progress.activities` (e.g. a relay_tool call)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class TurnFailed:
+    """The turn failed; `message` is the relay's failure text shown to agents."""
+
+    message: str
+
+
+TurnEvent = TextDelta | Activity | Usage | TurnFailed
+
+
+@dataclass
+class TurnRequest:
+    """Everything a provider needs for one turn."""
+
+    session_id: str
+    prompt: str
+    model: str | None
+    effort: str | None
+    mode: str
+    cwd: str | None
+    history: Callable[[], list[dict[str, str]]] = list
+
+
+@dataclass
+class TurnControl:
+    """The runner's side of a turn: cancellation and the session's own relay_tool."""
+
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    call_relay_tool: Callable[[dict[str, Any]], dict[str, Any]] = lambda _args: {}
+
+    def sleep(self, seconds: float) -> bool:
+        """Wait `seconds`; False (at once) when the turn is stopped meanwhile."""
+        return not self.cancelled.wait(seconds)
+
+
+class Provider:
+    """Base of every provider kind. Subclasses set `kind` and implement `run_turn`."""
+
+    kind = ""
+    default_models: tuple[str, ...] = ()
+    default_efforts: tuple[str, ...] = ()
+    # Settings a provider honours; others are stored but said to be ignored (SPEC §5.9).
+    supports_thinking = False
+    supports_compact_window = False
+
+    def __init__(self, name: str, options: dict[str, Any], api_key: str | None = None) -> None:
+        self.name = name
+        self.options = options
+        self._api_key = api_key
+
+    @property
+    def models(self) -> list[str]:
+        return list(self.options.get("models") or self.default_models)
+
+    @property
+    def default_model(self) -> str | None:
+        configured = self.options.get("default_model")
+        if configured in self.models:
+            return configured
+        return self.models[0] if self.models else None
+
+    @property
+    def efforts(self) -> list[str]:
+        return list(self.options.get("efforts") or self.default_efforts)
+
+    @property
+    def dotted_model_ids(self) -> bool:
+        return bool(self.options.get("dotted_model_ids"))
+
+    @property
+    def has_api_key(self) -> bool:
+        return bool(self._api_key)
+
+    @property
+    def workspace(self) -> str:
+        return self.options.get("workspace") or "folder"
+
+    def run_turn(self, request: TurnRequest, control: TurnControl) -> Iterator[TurnEvent]:
+        raise NotImplementedError

@@ -1,0 +1,102 @@
+"""The built-in offline provider: replies `echo: <prompt>` and runs `!` directives.
+
+A real provider of the product for demos and tests (SPEC §11). Directives run in order:
+`!sleep <s>`, `!stream <n> <ms>`, `!fail <message>`, `!relay <json>`; `!ask` and `!task`
+are answered with a clear failure until question cards and tasks exist.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+from oar.providers.base import Activity, Provider, TextDelta, TurnControl, TurnEvent, TurnFailed, TurnRequest
+
+MAX_SLEEP_SECONDS = 86_400
+MAX_STREAM_CHUNKS = 100_000
+
+
+class EchoProvider(Provider):
+    kind = "echo"
+    default_models = ("echo-1", "echo-2")
+    default_efforts = ("low", "medium", "high")
+
+    def run_turn(self, request: TurnRequest, control: TurnControl) -> Iterator[TurnEvent]:
+        lines = request.prompt.splitlines()
+        plain = "\n".join(line for line in lines if not line.startswith("!")).strip()
+        yield TextDelta("echo: " + (plain or "done"))
+        for line in lines:
+            if not line.startswith("!"):
+                continue
+            name, _, argument = line[1:].partition(" ")
+            handler = DIRECTIVES.get(name)
+            if handler is None:
+                yield TurnFailed(f"Unknown echo directive !{name}. Directives: {', '.join('!' + d for d in DIRECTIVES)}.")
+                return
+            for event in handler(argument.strip(), control):
+                yield event
+                if isinstance(event, TurnFailed):
+                    return
+            if control.cancelled.is_set():
+                return
+
+
+def _sleep(argument: str, control: TurnControl) -> Iterator[TurnEvent]:
+    try:
+        seconds = float(argument)
+    except ValueError:
+        seconds = -1
+    if not 0 <= seconds <= MAX_SLEEP_SECONDS:
+        yield TurnFailed(f"!sleep needs a number of seconds from 0 to {MAX_SLEEP_SECONDS}; got {argument!r}.")
+        return
+    control.sleep(seconds)
+
+
+def _stream(argument: str, control: TurnControl) -> Iterator[TurnEvent]:
+    parts = argument.split()
+    try:
+        count, interval_ms = int(parts[0]), float(parts[1])
+    except (IndexError, ValueError):
+        count, interval_ms = -1, -1
+    if not (0 <= count <= MAX_STREAM_CHUNKS and 0 <= interval_ms <= 60_000) or len(parts) != 2:
+        yield TurnFailed(f"!stream needs a chunk count (0 to {MAX_STREAM_CHUNKS}) and milliseconds between chunks; got {argument!r}.")
+        return
+    for number in range(1, count + 1):
+        if number > 1 and not control.sleep(interval_ms / 1000):
+            return
+        yield TextDelta(f"\nchunk {number}")
+
+
+def _fail(argument: str, control: TurnControl) -> Iterator[TurnEvent]:
+    yield TurnFailed(argument or "The turn failed (!fail).")
+
+
+def _relay(argument: str, control: TurnControl) -> Iterator[TurnEvent]:
+    try:
+        payload = json.loads(argument)
+    except ValueError as error:
+        yield TurnFailed(f"!relay needs a JSON object: {error}.")
+        return
+    if not isinstance(payload, dict):
+        yield TurnFailed("!relay needs a JSON object.")
+        return
+    yield Activity(f"relay_tool {payload.get('action', '?')}")
+    result = control.call_relay_tool(payload)
+    yield TextDelta("\nrelay: " + json.dumps(result, ensure_ascii=False, separators=(",", ":")))
+
+
+def _not_yet(feature: str) -> object:
+    def directive(argument: str, control: TurnControl) -> Iterator[TurnEvent]:
+        yield TurnFailed(f"{feature} are not available on this relay yet; the directive was not run.")
+
+    return directive
+
+
+DIRECTIVES = {
+    "sleep": _sleep,
+    "stream": _stream,
+    "fail": _fail,
+    "relay": _relay,
+    "ask": _not_yet("Question cards (!ask)"),
+    "task": _not_yet("Background tasks (!task)"),
+}

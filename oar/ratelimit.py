@@ -1,0 +1,91 @@
+"""Calls per sliding minute per conversation (SPEC §4).
+
+The decision is a pure function of the recent call times and `now`; the times themselves
+live in Redis sorted sets, because they are a short-lived cache, not data: a flushed Redis
+only forgets the last minute of calls.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+
+import redis
+
+
+def retry_after(
+    call_times: Sequence[float],
+    write_times: Sequence[float],
+    *,
+    is_write: bool,
+    now: float,
+    calls_per_window: int,
+    writes_per_window: int,
+    window: float,
+) -> int | None:
+    """Seconds until the call would be allowed, or None when it is allowed now.
+
+    A limit of 0 means no limit.
+    """
+    waits = []
+    for times, limit, applies in (
+        (call_times, calls_per_window, True),
+        (write_times, writes_per_window, is_write),
+    ):
+        if not applies or limit <= 0:
+            continue
+        recent = sorted(t for t in times if t > now - window)
+        if len(recent) >= limit:
+            # The call becomes possible when the oldest call that keeps us at the limit
+            # leaves the window.
+            oldest_blocking = recent[len(recent) - limit]
+            waits.append(oldest_blocking + window - now)
+    if not waits:
+        return None
+    return max(1, math.ceil(max(waits)))
+
+
+class RateLimiter:
+    def __init__(self, connection: redis.Redis, namespace: str, window: float) -> None:
+        self.connection = connection
+        self.namespace = namespace
+        self.window = window
+
+    def check_and_record(
+        self, conversation: str, *, is_write: bool, calls_per_window: int, writes_per_window: int
+    ) -> int | None:
+        """Retry-after seconds when over a limit; otherwise records the call and returns None."""
+        if calls_per_window <= 0 and writes_per_window <= 0:
+            return None
+        now = time.time()
+        calls_key = f"{self.namespace}:rate:{conversation}:calls"
+        writes_key = f"{self.namespace}:rate:{conversation}:writes"
+        try:
+            pipe = self.connection.pipeline()
+            for key in (calls_key, writes_key):
+                pipe.zremrangebyscore(key, 0, now - self.window)
+                pipe.zrange(key, 0, -1, withscores=True)
+            _, calls, _, writes = pipe.execute()
+            wait = retry_after(
+                [score for _, score in calls],
+                [score for _, score in writes],
+                is_write=is_write,
+                now=now,
+                calls_per_window=calls_per_window,
+                writes_per_window=writes_per_window,
+                window=self.window,
+            )
+            if wait is not None:
+                return wait
+            member = f"{now:.6f}:{time.perf_counter_ns()}"
+            pipe = self.connection.pipeline()
+            pipe.zadd(calls_key, {member: now})
+            pipe.expire(calls_key, int(self.window) + 1)
+            if is_write:
+                pipe.zadd(writes_key, {member: now})
+                pipe.expire(writes_key, int(self.window) + 1)
+            pipe.execute()
+        except redis.RedisError:
+            return None  # without Redis the relay still serves; it only stops counting
+        return None

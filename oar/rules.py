@@ -1,0 +1,59 @@
+"""Rules for agents acting on sessions of this relay (SPEC §4)."""
+
+from __future__ import annotations
+
+from oar import defaults
+from oar.errors import ActionError
+from oar.models import Message, Session
+from oar.sessions import OPEN_TURN
+
+
+def check_may_create(caller: Session, nothing: str) -> None:
+    """One level: a session an agent created cannot create sessions unless the owner allows."""
+    if caller.created_by_session and not caller.may_create_sessions:
+        raise ActionError("REMOTE_RELAY_NESTED_SESSION", f"A session that an agent created cannot create sessions. {nothing}")
+
+
+def busy_sessions_started_by(caller: Session) -> list[Session]:
+    busy = Message.select(Message.session).where(Message.status.in_(OPEN_TURN))
+    return list(
+        Session.select(Session.id, Session.title)
+        .where(
+            (Session.created_by_session == caller.id)
+            & (Session.archived == False)  # noqa: E712
+            & (Session.deleted == False)  # noqa: E712
+            & Session.id.in_(busy)
+        )
+        .order_by(Session.created_at)
+    )
+
+
+def check_active_limit(caller: Session, nothing: str) -> None:
+    """At most 4 sessions started by this conversation at work (a 5th would be refused)."""
+    working = busy_sessions_started_by(caller)
+    if len(working) >= defaults.MAX_ACTIVE_SESSIONS:
+        raise ActionError(
+            "REMOTE_RELAY_SESSION_LIMIT",
+            f"{len(working)} sessions you started are still working; wait for one to finish. {nothing}",
+            sessions=[{"id": s.id, "title": s.title} for s in working],
+        )
+
+
+def check_loop(caller: Session, nothing: str) -> None:
+    """Loop protection: 30 agent-to-agent prompts with no owner message in between.
+
+    The 31st needs the owner's Allow on a card; until this relay shows approval cards it is
+    refused (fails closed), and the owner writing in the conversation resets the count.
+    """
+    if caller.loop_prompt_count >= defaults.LOOP_PROMPTS_BEFORE_CARD:
+        raise ActionError(
+            "REMOTE_RELAY_APPROVAL_DENIED",
+            f"This conversation's agent has sent {caller.loop_prompt_count} prompts to other sessions since "
+            "the user last wrote here; going on needs the user's approval. Ask the user to write in this "
+            f"conversation to continue. {nothing}",
+        )
+
+
+def count_agent_prompt(caller: Session) -> None:
+    """One more agent-to-agent prompt (inside the write transaction that sends it)."""
+    Session.update(loop_prompt_count=Session.loop_prompt_count + 1).where(Session.id == caller.id).execute()

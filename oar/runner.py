@@ -1,0 +1,253 @@
+"""Running turns, inside RQ workers only (SPEC §11, §13).
+
+`run_turns(session_id)` claims the session's oldest queued prompt with a conditional
+UPDATE (so a session never runs two turns at once, whatever the number of workers), runs
+it through the session's provider, records the outcome, and goes on with the next queued
+prompt. A watcher thread beside each turn writes a heartbeat (so the reconciler can fail a
+turn whose worker died), honours stop requests within a second, and ends turns that run
+past `max_turn_seconds`.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from typing import Any
+
+import redis
+
+from oar import ids, providers
+from oar.db import database, write_transaction
+from oar.models import Message, Session
+from oar.providers.base import Activity, TextDelta, TurnControl, TurnFailed, TurnRequest, Usage
+from oar.runtime import Runtime
+from oar.signals import stop_channel
+from oar.timeutil import utcnow
+
+log = logging.getLogger(__name__)
+
+
+def run_turns(runtime: Runtime, session_id: str) -> int:
+    """Run the session's queued turns in order until none is left; returns how many ran."""
+    ran = 0
+    while (turn := claim_next_turn(session_id)) is not None:
+        runtime.signal_turn(turn.id)
+        execute(runtime, turn)
+        ran += 1
+    return ran
+
+
+def claim_next_turn(session_id: str) -> Message | None:
+    with write_transaction():
+        session = Session.get_or_none(Session.id == session_id)
+        if session is None or session.active_turn or session.archived or session.deleted:
+            return None
+        turn = (
+            Message.select()
+            .where((Message.session == session_id) & (Message.status == "queued"))
+            .order_by(Message.seq)
+            .first()
+        )
+        if turn is None:
+            return None
+        claimed = (
+            Session.update(active_turn=turn.id)
+            .where((Session.id == session_id) & Session.active_turn.is_null())
+            .execute()
+        )
+        if not claimed:
+            return None
+        now = utcnow()
+        Message.update(status="running", started_at=now, heartbeat_at=now, partial_text="").where(
+            (Message.id == turn.id) & (Message.status == "queued")
+        ).execute()
+    return Message.get(Message.id == turn.id)
+
+
+class TurnWatcher(threading.Thread):
+    """Heartbeat, stop requests and the turn time limit, beside a running turn."""
+
+    def __init__(self, runtime: Runtime, turn: Message, control: TurnControl, max_seconds: float) -> None:
+        super().__init__(name=f"oar-turn-{turn.id}", daemon=True)
+        self.runtime = runtime
+        self.turn_id = turn.id
+        self.control = control
+        self.deadline = time.monotonic() + max_seconds
+        self.finished = threading.Event()
+        self.stopped = False
+        self.timed_out = False
+
+    def run(self) -> None:
+        pubsub = self._subscribe()
+        heartbeat_every = self.runtime.time("TURN_HEARTBEAT_SECONDS")
+        poll_every = self.runtime.time("STOP_POLL_SECONDS")
+        next_heartbeat = time.monotonic() + heartbeat_every
+        try:
+            while not self.finished.is_set():
+                self._wait_for_signal(pubsub, poll_every)
+                if self.finished.is_set():
+                    return
+                row = Message.get_or_none(Message.id == self.turn_id)
+                if row is None or row.stop_requested or row.status not in ("running", "waiting_for_answer"):
+                    self.stopped = True
+                    self.control.cancelled.set()
+                    return
+                if time.monotonic() >= self.deadline:
+                    self.timed_out = True
+                    self.control.cancelled.set()
+                    return
+                if time.monotonic() >= next_heartbeat:
+                    Message.update(heartbeat_at=utcnow()).where(Message.id == self.turn_id).execute()
+                    next_heartbeat = time.monotonic() + heartbeat_every
+        finally:
+            if pubsub is not None:
+                pubsub.close()
+            database.close()
+
+    def _subscribe(self) -> Any:
+        try:
+            pubsub = self.runtime.redis.pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(stop_channel(self.runtime.config.namespace, self.turn_id))
+            return pubsub
+        except redis.RedisError:
+            return None
+
+    def _wait_for_signal(self, pubsub: Any, seconds: float) -> None:
+        if pubsub is None:
+            self.finished.wait(seconds)
+            return
+        try:
+            pubsub.get_message(timeout=seconds)
+        except redis.RedisError:
+            self.finished.wait(seconds)
+
+
+def execute(runtime: Runtime, turn: Message) -> None:
+    session = Session.get_by_id(turn.session_id)
+    provider = providers.get(session.provider)
+    if provider is None:
+        finish(runtime, turn, "failed", "", f'Provider "{session.provider}" is not configured on this relay.')
+        return
+    control = TurnControl(call_relay_tool=lambda args: call_relay_tool_as(runtime, session.id, turn.id, args))
+    watcher = TurnWatcher(runtime, turn, control, runtime.settings()["max_turn_seconds"])
+    watcher.start()
+    request = TurnRequest(
+        session_id=session.id,
+        prompt=turn.text,
+        model=turn.model,
+        effort=turn.effort,
+        mode=turn.mode or session.mode,
+        cwd=session.cwd,
+        history=lambda: history_of(session.id, turn.seq),
+    )
+    stream = PartialWriter(turn.id, runtime.time("PARTIAL_WRITE_SECONDS"))
+    failure: str | None = None
+    try:
+        for event in provider.run_turn(request, control):
+            if isinstance(event, TextDelta):
+                stream.add_text(event.text)
+            elif isinstance(event, Activity):
+                stream.add_activity(event.text)
+            elif isinstance(event, TurnFailed):
+                failure = event.message
+                break
+            elif isinstance(event, Usage):
+                pass  # token accounting arrives with metered providers
+            if control.cancelled.is_set():
+                break
+    except Exception:
+        reference = secrets.token_hex(4)
+        log.exception("turn %s failed in provider %s (log reference %s)", turn.id, provider.name, reference)
+        failure = f"The {provider.name} provider failed unexpectedly (log reference {reference})."
+    finally:
+        watcher.finished.set()
+        watcher.join(timeout=5)
+    text = stream.text
+    if watcher.timed_out:
+        limit = runtime.settings()["max_turn_seconds"]
+        finish(runtime, turn, "failed", text, f"The turn ran longer than the relay's limit of {limit} s and was ended.")
+    elif watcher.stopped:
+        finish(runtime, turn, "stopped", text, None)
+    elif failure is not None:
+        finish(runtime, turn, "failed", text, failure)
+    else:
+        finish(runtime, turn, "done", text, None)
+
+
+class PartialWriter:
+    """Collects the streamed reply and writes it to the database at most every `interval` s."""
+
+    def __init__(self, turn_id: str, interval: float) -> None:
+        self.turn_id = turn_id
+        self.interval = interval
+        self.parts: list[str] = []
+        self.activities: list[str] = []
+        self.last_write = 0.0
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def add_text(self, text: str) -> None:
+        self.parts.append(text)
+        self._maybe_write()
+
+    def add_activity(self, line: str) -> None:
+        self.activities.append(line)
+        self._maybe_write(force=True)
+
+    def _maybe_write(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self.last_write >= self.interval:
+            Message.update(partial_text=self.text, activities=self.activities[-20:]).where(
+                Message.id == self.turn_id
+            ).execute()
+            self.last_write = now
+
+
+def finish(runtime: Runtime, turn: Message, status: str, text: str, error: str | None) -> bool:
+    """Record a turn's outcome; False when the turn had already been settled elsewhere."""
+    now = utcnow()
+    keep_reply = status == "done" or (status == "stopped" and text)
+    reply_id = ids.message_id() if keep_reply else None
+    with write_transaction():
+        settled = (
+            Message.update(
+                status=status, error=error, partial_text=text, reply_id=reply_id, completed_at=now
+            )
+            .where((Message.id == turn.id) & Message.status.in_(("running", "waiting_for_answer")))
+            .execute()
+        )
+        if settled and reply_id:
+            Message.create(
+                id=reply_id, session=turn.session_id, role="assistant", text=text, created_at=now,
+                from_kind="user", model=turn.model,
+            )
+        Session.update(
+            active_turn=None,
+            last_activity_at=now,
+            message_count=Session.message_count + (1 if settled and reply_id else 0),
+        ).where((Session.id == turn.session_id) & (Session.active_turn == turn.id)).execute()
+    runtime.signal_turn(turn.id)
+    return bool(settled)
+
+
+def history_of(session_id: str, before_seq: int) -> list[dict[str, str]]:
+    rows = (
+        Message.select(Message.role, Message.text)
+        .where((Message.session == session_id) & (Message.seq < before_seq))
+        .order_by(Message.seq)
+    )
+    return [{"role": row.role, "text": row.text} for row in rows]
+
+
+def call_relay_tool_as(runtime: Runtime, session_id: str, turn_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """`relay_tool` called by the session's own agent during this turn."""
+    from oar.actions.dispatch import CallContext, dispatch
+
+    caller = Session.get_by_id(session_id)
+    turn = Message.get(Message.id == turn_id)
+    _status, body = dispatch(CallContext(runtime=runtime, caller=caller, turn=turn, via="provider"), payload)
+    return body

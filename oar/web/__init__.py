@@ -1,0 +1,71 @@
+"""The web side: the agents' JSON API, the owner API and the health check."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+
+from flask import Flask, jsonify, request
+from werkzeug.exceptions import HTTPException
+
+from oar import defaults
+from oar.config import Config, from_environment
+from oar.db import database, open_database
+from oar.errors import ActionError
+from oar.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+
+def create_app(config: Config | None = None) -> Flask:
+    config = config or from_environment()
+    app = Flask(__name__)
+    # A prompt is at most 100,000 characters; 4 bytes each at most, plus the rest.
+    app.config["MAX_CONTENT_LENGTH"] = defaults.MAX_PROMPT_CHARS * 4 + 64 * 1024
+    app.json.ensure_ascii = False
+    app.json.sort_keys = False
+    open_database(config)
+    app.extensions["oar"] = Runtime(config)
+
+    @app.before_request
+    def connect() -> None:
+        database.connect(reuse_if_open=True)
+
+    @app.teardown_request
+    def close(_error: BaseException | None) -> None:
+        if not database.is_closed():
+            database.close()
+
+    @app.errorhandler(ActionError)
+    def action_error(error: ActionError):  # type: ignore[no-untyped-def]
+        return jsonify(error.to_dict()), error.status
+
+    @app.errorhandler(HTTPException)
+    def http_error(error: HTTPException):  # type: ignore[no-untyped-def]
+        code = "REMOTE_RELAY_NOT_FOUND" if error.code == 404 else "REMOTE_RELAY_INVALID_INPUT"
+        body = {"ok": False, "code": code, "error": f"{error.name}: {error.description} Nothing was done."}
+        return jsonify(body), error.code
+
+    @app.errorhandler(Exception)
+    def internal_error(error: Exception):  # type: ignore[no-untyped-def]
+        reference = secrets.token_hex(4)
+        log.exception("request %s %s failed (log reference %s)", request.method, request.path, reference)
+        body = {
+            "ok": False,
+            "code": "REMOTE_RELAY_INTERNAL",
+            "error": f"The relay failed (log reference {reference}). Its changes were rolled back.",
+        }
+        return jsonify(body), 500
+
+    from oar.web import api, health, owner
+
+    app.register_blueprint(api.blueprint)
+    app.register_blueprint(owner.blueprint)
+    app.register_blueprint(health.blueprint)
+    return app
+
+
+def runtime() -> Runtime:
+    from flask import current_app
+
+    return current_app.extensions["oar"]

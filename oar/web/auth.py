@@ -1,0 +1,45 @@
+"""Bearer tokens: agent tokens name the calling conversation; the owner token the owner."""
+
+from __future__ import annotations
+
+from flask import request
+
+from oar import ids, sessions, settings
+from oar.config import Config
+from oar.errors import ActionError
+from oar.models import Session
+
+
+def bearer_token() -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def unauthorized(message: str) -> ActionError:
+    return ActionError("REMOTE_RELAY_UNAUTHORIZED", message)
+
+
+def require_agent() -> Session:
+    token = bearer_token()
+    if token is None:
+        raise unauthorized("Send the session's agent token as Authorization: Bearer <token>. Nothing was done.")
+    session = sessions.session_by_token(token)
+    if session is None:
+        raise unauthorized("That token is not a valid agent token on this relay. Nothing was done.")
+    return session
+
+
+def require_owner(config: Config) -> None:
+    token = bearer_token()
+    if token is None:
+        raise unauthorized("Send the owner token as Authorization: Bearer <token>. Nothing was done.")
+    if config.owner_token:
+        valid = ids.same_hash(token, ids.hash_token(config.owner_token))
+    else:
+        stored = settings.get_value(settings.OWNER_TOKEN_HASH_KEY)
+        valid = bool(stored) and ids.same_hash(token, stored)
+    if not valid:
+        raise unauthorized("That token is not the owner token of this relay. Nothing was done.")

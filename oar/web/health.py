@@ -1,0 +1,32 @@
+"""`GET /healthz`: 200 once web, database and queue answer; 503 saying what is missing."""
+
+from __future__ import annotations
+
+from flask import Blueprint, jsonify
+
+from oar import __version__
+from oar.bootstrap import pending_migrations
+from oar.web import runtime
+
+blueprint = Blueprint("health", __name__)
+
+
+@blueprint.get("/healthz")
+def healthz():  # type: ignore[no-untyped-def]
+    relay = runtime()
+    problems = []
+    name = relay.config.relay_name
+    try:
+        name = relay.relay_name()
+        pending = pending_migrations()
+        if pending:
+            problems.append(f"database: migrations not applied ({', '.join(pending)}); run `python -m oar migrate`")
+    except Exception as error:  # noqa: BLE001 - any failure here is what the check reports
+        problems.append(f"database: {type(error).__name__}: {error}")
+    try:
+        relay.redis.ping()
+    except Exception as error:  # noqa: BLE001
+        problems.append(f"queue: Redis does not answer ({type(error).__name__})")
+    if problems:
+        return jsonify({"ok": False, "version": __version__, "relay": name, "problems": problems}), 503
+    return jsonify({"ok": True, "version": __version__, "relay": name})

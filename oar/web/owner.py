@@ -1,0 +1,286 @@
+"""The owner API (SPEC §16): everything a person can do on the page, as JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, jsonify, request
+
+from oar import defaults, groups, ids, lifecycle, providers, sessions, settings, turns
+from oar.actions.args import check_fields
+from oar.actions.common import CWD, EFFORT, MODE, MODEL, PROVIDER, TEXT, TITLE
+from oar.actions.prompts import check_effort, provider_unavailable
+from oar.actions.registry import Param
+from oar.db import write_transaction
+from oar.errors import invalid, not_found
+from oar.folders import check_folder
+from oar.modelcheck import check_model
+from oar.models import Group, Message, Session
+from oar.settings import default_cwd
+from oar.web import runtime
+from oar.web.auth import require_owner
+
+blueprint = Blueprint("owner", __name__, url_prefix="/api/v1/owner")
+
+
+@blueprint.before_request
+def owner_only() -> None:
+    require_owner(runtime().config)
+
+
+def body() -> dict[str, Any]:
+    payload = request.get_json(force=True, silent=True)
+    if payload is None and not request.get_data():
+        return {}
+    if not isinstance(payload, dict):
+        raise invalid("The body must be a JSON object. Nothing was changed.")
+    return payload
+
+
+def ok(**fields: Any):  # type: ignore[no-untyped-def]
+    return jsonify({"ok": True, **fields})
+
+
+def owner_session(session_id: str) -> Session:
+    return sessions.resolve(session_id, runtime().relay_name(), "Nothing was changed.")
+
+
+# Settings -------------------------------------------------------------------------------
+
+
+@blueprint.get("/settings")
+def get_settings():  # type: ignore[no-untyped-def]
+    return ok(settings=settings.load(runtime().config))
+
+
+@blueprint.patch("/settings")
+def patch_settings():  # type: ignore[no-untyped-def]
+    return ok(settings=settings.update(runtime().config, body()))
+
+
+# Sessions -------------------------------------------------------------------------------
+
+NEW_SESSION = {
+    "title": TITLE,
+    "provider": PROVIDER,
+    "model": MODEL,
+    "effort": EFFORT,
+    "mode": MODE,
+    "cwd": CWD,
+    "text": Param("str", max_length=defaults.MAX_PROMPT_CHARS),
+}
+
+
+@blueprint.post("/sessions")
+def create_session():  # type: ignore[no-untyped-def]
+    """A conversation of the user's, and the agent token its agent uses."""
+    nothing = "Nothing was created."
+    relay = runtime()
+    name = relay.relay_name()
+    args, _ = check_fields("create session", NEW_SESSION, body(), strict=True, nothing=nothing)
+    configured = providers.configured()
+    provider = providers.get(args["provider"]) if args.get("provider") else (configured[0] if configured else None)
+    if provider is None:
+        raise provider_unavailable(args.get("provider", "(default)"), name, nothing)
+    model = provider.default_model
+    if args.get("model"):
+        model = check_model(args["model"], provider, relay_name=name, nothing=nothing, others=configured).model
+    effort = check_effort(args["effort"], provider, name, nothing) if args.get("effort") else None
+    if args.get("cwd"):
+        cwd = check_folder(args["cwd"], relay.settings()["allowed_roots"], nothing)
+    else:
+        folder = default_cwd(relay.config)
+        folder.mkdir(parents=True, exist_ok=True)
+        cwd = str(folder.resolve())
+    title = args.get("title") or (sessions.title_from(args["text"]) if args.get("text") else "New session")
+    with write_transaction():
+        session = sessions.create(
+            title=title, provider=provider.name, model=model, effort=effort,
+            mode=args.get("mode", "agent"), cwd=cwd,
+        )
+        token = sessions.issue_token(session)
+        message = turns.insert_prompt(session, args["text"], turns.Provenance()) if args.get("text") else None
+    if message is not None:
+        turns.start_turns(relay, session.id)
+    session = Session.get_by_id(session.id)
+    return ok(session=_session_view(session), token=token, message_id=message.id if message else None), 201
+
+
+@blueprint.get("/sessions")
+def list_sessions():  # type: ignore[no-untyped-def]
+    rows = list(
+        Session.select()
+        .where(Session.deleted == False)  # noqa: E712
+        .order_by(Session.last_activity_at.desc())
+        .limit(500)
+    )
+    busy = sessions.busy_session_ids(row.id for row in rows)
+    return ok(sessions=[sessions.listed(row, row.id in busy) for row in rows])
+
+
+@blueprint.get("/sessions/<session_id>")
+def read_session(session_id: str):  # type: ignore[no-untyped-def]
+    session = owner_session(session_id)
+    messages = list(Message.select().where(Message.session == session.id).order_by(Message.seq.desc()).limit(200))
+    return ok(
+        session=_session_view(session),
+        messages=[
+            {"id": m.id, "role": m.role, "text": m.text, "status": m.status, "error": m.error, "from": turns.badge(m)}
+            for m in reversed(messages)
+        ],
+    )
+
+
+@blueprint.post("/sessions/<session_id>/messages")
+def write_message(session_id: str):  # type: ignore[no-untyped-def]
+    """The user writes in the conversation: a turn, and the loop count starts over."""
+    relay = runtime()
+    args, _ = check_fields("write", {"text": TEXT}, body(), strict=True, nothing="Nothing was sent.")
+    session = owner_session(session_id)
+    if session.archived:
+        raise not_found(f"Session {session.id[:8]} is archived. Nothing was sent.")
+    with write_transaction():
+        message = turns.insert_prompt(session, args["text"], turns.Provenance())
+        Session.update(loop_prompt_count=0).where(Session.id == session.id).execute()
+    turns.start_turns(relay, session.id)
+    return ok(message_id=message.id, session=session.id), 201
+
+
+@blueprint.post("/sessions/<session_id>/tokens")
+def new_token(session_id: str):  # type: ignore[no-untyped-def]
+    session = owner_session(session_id)
+    with write_transaction():
+        token = sessions.issue_token(session)
+    return ok(token=token, session=session.id), 201
+
+
+SESSION_CHANGES = {
+    "may_create_sessions": Param("bool"),
+    "title": TITLE,
+    "mode": MODE,
+    "group_id": Param("str", max_length=64, description='a group id, or "none"'),
+}
+
+
+@blueprint.patch("/sessions/<session_id>")
+def change_session(session_id: str):  # type: ignore[no-untyped-def]
+    args, _ = check_fields("change session", SESSION_CHANGES, body(), strict=True, nothing="Nothing was changed.")
+    session = owner_session(session_id)
+    group = None
+    if args.get("group_id") and args["group_id"].lower() != "none":
+        group = groups.resolve(args["group_id"], runtime().relay_name(), "Nothing was changed.")
+    with write_transaction():
+        values = {key: args[key] for key in ("may_create_sessions", "title", "mode") if key in args}
+        if values:
+            Session.update(**values).where(Session.id == session.id).execute()
+        if "group_id" in args:
+            if group is None:
+                groups.leave(session)
+            else:
+                groups.join(session, group)
+    return ok(session=_session_view(Session.get_by_id(session.id)))
+
+
+@blueprint.post("/sessions/<session_id>/archive")
+def archive_session(session_id: str):  # type: ignore[no-untyped-def]
+    session = owner_session(session_id)
+    lifecycle.archive(runtime(), session)
+    return ok(archived=True, session=session.id)
+
+
+@blueprint.delete("/sessions/<session_id>")
+def delete_session(session_id: str):  # type: ignore[no-untyped-def]
+    session = owner_session(session_id)
+    lifecycle.delete(runtime(), session)
+    return ok(deleted=True, session=session.id)
+
+
+def _session_view(session: Session) -> dict[str, Any]:
+    view = sessions.described(session, sessions.is_busy(session))
+    view["group"] = groups.field_for(session)
+    return view
+
+
+# Groups ---------------------------------------------------------------------------------
+
+
+def _group_view(group: Group) -> dict[str, Any]:
+    members = groups.live_members(group).count()
+    return {
+        "id": group.id,
+        "name": groups.display_name(group),
+        "ownerCreated": group.owner_created,
+        "memberCount": members,
+        "empty": members == 0,
+        "position": group.position,
+    }
+
+
+@blueprint.get("/groups")
+def list_groups():  # type: ignore[no-untyped-def]
+    rows = Group.select().where(Group.dissolved == False).order_by(Group.position, Group.created_at)  # noqa: E712
+    return ok(groups=[_group_view(group) for group in rows])
+
+
+@blueprint.post("/groups")
+def create_group():  # type: ignore[no-untyped-def]
+    args, _ = check_fields(
+        "create group", {"name": Param("str", required=True, max_length=200)}, body(), strict=True,
+        nothing="Nothing was created.",
+    )
+    with write_transaction():
+        group = Group.create(id=ids.prefixed_id("grp"), name=args["name"].strip(), owner_created=True)
+    return ok(group=_group_view(group)), 201
+
+
+@blueprint.patch("/groups/<group_id>")
+def change_group(group_id: str):  # type: ignore[no-untyped-def]
+    args, _ = check_fields(
+        "change group",
+        {"name": Param("str", max_length=200), "position": Param("int", minimum=0, maximum=1_000_000)},
+        body(), strict=True, nothing="Nothing was changed.",
+    )
+    group = groups.resolve(group_id, runtime().relay_name(), "Nothing was changed.")
+    with write_transaction():
+        if args:
+            Group.update(**args).where(Group.id == group.id).execute()
+    return ok(group=_group_view(Group.get_by_id(group.id)))
+
+
+@blueprint.delete("/groups/<group_id>")
+def dissolve_group(group_id: str):  # type: ignore[no-untyped-def]
+    """Dissolve: the members stay, ungrouped."""
+    group = groups.resolve(group_id, runtime().relay_name(), "Nothing was changed.")
+    with write_transaction():
+        Session.update(group=None).where(Session.group == group.id).execute()
+        Group.update(dissolved=True, head_session_id=None).where(Group.id == group.id).execute()
+    return ok(dissolved=True, group=group.id)
+
+
+# Providers ------------------------------------------------------------------------------
+
+
+@blueprint.get("/providers")
+def list_providers():  # type: ignore[no-untyped-def]
+    return ok(providers=[_provider_view(p) for p in providers.configured()])
+
+
+@blueprint.get("/providers/<name>")
+def get_provider(name: str):  # type: ignore[no-untyped-def]
+    provider = providers.get(name)
+    if provider is None:
+        raise not_found(f'No provider "{name[:64]}" is configured.')
+    return ok(provider=_provider_view(provider))
+
+
+def _provider_view(provider: providers.Provider) -> dict[str, Any]:
+    """Never the API key: only whether one is set."""
+    return {
+        "name": provider.name,
+        "kind": provider.kind,
+        "models": provider.models,
+        "defaultModel": provider.default_model,
+        "efforts": provider.efforts,
+        "workspace": provider.workspace,
+        "apiKeySet": provider.has_api_key,
+    }

@@ -1,0 +1,5 @@
+"""`gunicorn wsgi:app` (settings in gunicorn.conf.py, read by default)."""
+
+from oar.web import create_app
+
+app = create_app()
