@@ -17,3 +17,5 @@ timeout = 30
 graceful_timeout = 10
 keepalive = 5
 accesslog = os.environ.get("OAR_ACCESS_LOG") or None
+# One relay may run several gunicorn instances (tests, benchmarks); none needs the control socket.
+control_socket_disable = True

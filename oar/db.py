@@ -56,7 +56,9 @@ def released_connection() -> Iterator[None]:
     """Give this thread's connection back while it waits for something else.
 
     Long waits must not hold a database connection (SPEC §7); the next query reopens it.
+    Inside a transaction or an explicit `connection_context()` the connection is kept,
+    since closing it there would end what the caller opened.
     """
-    if not database.in_transaction():
+    if not database.in_transaction() and not database._state.ctx:
         database.close()
     yield

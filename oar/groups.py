@@ -33,12 +33,24 @@ def role_of(session: Session, group: Group) -> str:
 
 def field_for(session: Session) -> dict[str, Any] | None:
     """`group: {id, name, role}` of a session, or None."""
-    if session.group_id is None:
-        return None
-    group = Group.get_or_none(Group.id == session.group_id)
-    if group is None or group.dissolved:
-        return None
-    return {"id": group.id, "name": display_name(group), "role": role_of(session, group)}
+    return fields_for([session]).get(session.id)
+
+
+def fields_for(rows: list[Session]) -> dict[str, dict[str, Any]]:
+    """`group` fields of many sessions with two queries (list pages show 20–100 at once)."""
+    group_ids = {row.group_id for row in rows if row.group_id}
+    if not group_ids:
+        return {}
+    found = {g.id: g for g in Group.select().where(Group.id.in_(group_ids) & (Group.dissolved == False))}  # noqa: E712
+    heads = {g.head_session_id for g in found.values() if not g.name and g.head_session_id}
+    head_titles = dict(Session.select(Session.id, Session.title).where(Session.id.in_(heads)).tuples()) if heads else {}
+    fields = {}
+    for row in rows:
+        group = found.get(row.group_id)
+        if group is not None:
+            name = group.name or head_titles.get(group.head_session_id) or "(unnamed group)"
+            fields[row.id] = {"id": group.id, "name": name, "role": role_of(row, group)}
+    return fields
 
 
 def with_members(session: Session, limit: int = defaults.GROUP_MEMBERS_IN_READ) -> dict[str, Any] | None:

@@ -117,7 +117,14 @@ def title_from(text: str) -> str:
     return first if len(first) <= 60 else first[:59] + "…"
 
 
-def listed(session: Session, busy: bool) -> dict[str, Any]:
+def listed_many(rows: list[Session]) -> list[dict[str, Any]]:
+    """Sessions as `list_sessions` shows them."""
+    busy = busy_session_ids(row.id for row in rows)
+    group_fields = groups.fields_for(rows)
+    return [listed(row, row.id in busy, group_fields.get(row.id)) for row in rows]
+
+
+def listed(session: Session, busy: bool, group: dict[str, Any] | None) -> dict[str, Any]:
     """A session as `list_sessions` shows it."""
     entry: dict[str, Any] = {
         "id": session.id,
@@ -131,7 +138,6 @@ def listed(session: Session, busy: bool) -> dict[str, Any]:
         "watched": False,
         "tasks": [],
     }
-    group = groups.field_for(session)
     if group:
         entry["group"] = group
     if session.created_by_session:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import platform
 from typing import Any
 
+from peewee import fn
+
 from oar import __version__, defaults, groups, providers
 from oar.actions.common import RELAY
 from oar.actions.dispatch import CallContext
@@ -51,7 +53,7 @@ def relay_info(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         for row in Session.select(Session.cwd)
         .where(Session.cwd.is_null(False) & (Session.deleted == False))  # noqa: E712
         .group_by(Session.cwd)
-        .order_by(Session.cwd)
+        .order_by(fn.MAX(Session.last_activity_at).desc())
         .limit(defaults.RECENT_CWDS)
     ]
     listed_groups, total = groups.listing(defaults.GROUPS_IN_RELAY_INFO)

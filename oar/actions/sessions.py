@@ -70,10 +70,9 @@ def list_sessions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     rows = list(query.order_by(Session.last_activity_at.desc(), Session.id.desc()).limit(limit + 1))
     more = len(rows) > limit
     rows = rows[:limit]
-    busy_ids = sessions.busy_session_ids(row.id for row in rows)
     result: dict[str, Any] = {
         "summary": f"list_sessions → {ctx.relay_name}: {len(rows)} sessions ({scope}){', more' if more else ''}",
-        "sessions": [sessions.listed(row, row.id in busy_ids) for row in rows],
+        "sessions": sessions.listed_many(rows),
         "nextCursor": encode_cursor(rows[-1]) if more else None,
     }
     return result

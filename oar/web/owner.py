@@ -114,8 +114,7 @@ def list_sessions():  # type: ignore[no-untyped-def]
         .order_by(Session.last_activity_at.desc())
         .limit(500)
     )
-    busy = sessions.busy_session_ids(row.id for row in rows)
-    return ok(sessions=[sessions.listed(row, row.id in busy) for row in rows])
+    return ok(sessions=sessions.listed_many(rows))
 
 
 @blueprint.get("/sessions/<session_id>")
