@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 
+from oar import logs
 from oar.config import from_environment
 
 
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     call.add_argument("action")
     call.add_argument("arguments", nargs="*", help="key=value; values are JSON when they parse as JSON")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=os.environ.get("OAR_LOG_LEVEL", "INFO"), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure()
 
     if args.command == "serve":
         from oar.launcher import main as serve
