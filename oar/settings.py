@@ -6,6 +6,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from peewee import EXCLUDED
+
 from oar import defaults
 from oar.config import Config
 from oar.db import write_transaction
@@ -102,7 +104,7 @@ def update(config: Config, changes: Mapping[str, Any]) -> dict[str, Any]:
     checked = {key: VALIDATORS[key](key, value) for key, value in changes.items()}
     with write_transaction():
         for key, value in checked.items():
-            Setting.replace(key=key, value=value).execute()
+            _upsert(key, value)
     return load(config)
 
 
@@ -113,4 +115,11 @@ def get_value(key: str) -> Any:
 
 def set_value(key: str, value: Any) -> None:
     with write_transaction():
-        Setting.replace(key=key, value=value).execute()
+        _upsert(key, value)
+
+
+def _upsert(key: str, value: Any) -> None:
+    """Insert or update one setting (works on SQLite and PostgreSQL alike)."""
+    Setting.insert(key=key, value=value).on_conflict(
+        conflict_target=[Setting.key], update={Setting.value: EXCLUDED.value}
+    ).execute()
