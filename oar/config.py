@@ -39,7 +39,9 @@ class Config:
     # Prefix of every Redis key and queue name, so several relays (or test runs) can
     # share one Redis server.
     namespace: str = "oar"
-    worker_processes: int = 4
+    # RQ worker processes of `oar worker`, and turns each runs at once (in threads).
+    worker_processes: int = 2
+    worker_threads: int = 32
     times: Mapping[str, float] = field(default_factory=dict)
 
     def time(self, name: str) -> float:
@@ -73,6 +75,7 @@ def from_environment(environ: Mapping[str, str] | None = None) -> Config:
         public_url=env.get("OAR_PUBLIC_URL") or None,
         namespace=env.get("OAR_NAMESPACE") or base.namespace,
         worker_processes=int(env.get("OAR_WORKER_PROCESSES") or base.worker_processes),
+        worker_threads=int(env.get("OAR_WORKER_THREADS") or base.worker_threads),
         times=times,
     )
 

@@ -97,3 +97,30 @@ def test_relay_tool_inside_a_turn_acts_as_that_session(relay: Relay, desk: Agent
     relay.owner.patch(f"/api/v1/owner/sessions/{created['session']}", {"may_create_sessions": True})
     body = desk.ok("send", relay="this", session=created["session"], text='!relay {"action": "list_relays"}')
     assert '"summary":"list_relays: 1 relay, 1 unlocked"' in body["reply"]["text"]
+
+
+def test_worker_processes_run_many_turns_at_once(relay: Relay, desk: Agent) -> None:
+    """Two worker processes run six turns concurrently: turns run in threads, not one per process."""
+    targets = [relay.conversation(f"target {i}") for i in range(6)]
+    sent = [desk.ok("send", relay="this", session=t.session_id, text="!sleep 2", wait_seconds=0) for t in targets]
+    done = [desk.ok("wait", relay="this", session=s["session"], message_id=s["message_id"], wait_seconds=60) for s in sent]
+    assert [d["status"] for d in done] == ["done"] * 6
+    from oar.db import database
+    from oar.models import Message
+
+    with database.connection_context():
+        turns = list(Message.select().where(Message.id.in_([s["message_id"] for s in sent])))
+    # Every turn had started before the first one finished.
+    assert max(t.started_at for t in turns) < min(t.completed_at for t in turns)
+
+
+def test_a_turn_can_wait_on_another_sessions_turn(relay: Relay, desk: Agent) -> None:
+    helper = desk.ok("create_session", relay="this", text="hi")["session"]
+    inner = relay.conversation("inner")
+    prompt = '!relay {"action": "send", "relay": "this", "session": "%s", "text": "inner question"}' % inner.session_id
+    body = desk.ok("send", relay="this", session=helper, text=prompt, wait_seconds=60)
+    assert body["status"] == "done"
+    assert '"reply":{"text":"echo: inner question"' in body["reply"]["text"]
+    read = relay.owner.get(f"/api/v1/owner/sessions/{inner.session_id}")
+    prompt_message = next(m for m in read["messages"] if m["role"] == "user")
+    assert prompt_message["from"]["kind"] == "agent" and prompt_message["from"]["session"] == helper
