@@ -1,0 +1,62 @@
+"""The dispatcher: the result envelope and the SPEC §5 check order."""
+
+from __future__ import annotations
+
+from oar.actions.registry import load_actions
+from tests.conftest import Agent, Relay
+
+
+def test_every_result_has_the_envelope(relay: Relay, desk: Agent) -> None:
+    body = desk.ok("relay_info", relay="this")
+    assert body["ok"] is True and body["relay"] == "desk"
+    assert body["summary"].startswith("relay_info → desk")
+    assert list(body)[:3] == ["ok", "relay", "summary"]
+
+
+def test_arguments_an_action_does_not_take_are_listed_in_ignored(relay: Relay, desk: Agent) -> None:
+    body = desk.ok("list_sessions", relay="this", colour="blue", size=3, empty="", nothing=None, off=False)
+    assert body["ignored"] == ["colour", "size"]
+    many = {f"extra{i}": i + 1 for i in range(30)}
+    assert len(desk.ok("relay_info", relay="this", **many)["ignored"]) == 20
+
+
+def test_empty_values_count_as_absent_but_false_is_a_value_for_booleans(relay: Relay, desk: Agent) -> None:
+    body = desk.ok("create_session", relay="this", text="hi", model="", effort=None, group=[], title={}, wait_seconds=30)
+    assert body["status"] == "done" and body["model"] == "echo-1"
+    changed = desk.ok("update_session", relay="this", session=body["session"], thinking_enabled=False)
+    assert changed["settings"]["thinking_enabled"] is False
+
+
+def test_validation_comes_before_everything_else(relay: Relay, desk: Agent) -> None:
+    relay.settings(agent_sessions_enabled=False)
+    # A bad argument is reported even though the relay is disabled and the name unknown.
+    desk.refused("list_sessions", "REMOTE_RELAY_INVALID_INPUT", relay="elsewhere", limit=0)
+    # list_relays answers before the relay is resolved or checked.
+    assert desk.ok("list_relays")["relays"] == []
+
+
+def test_an_unknown_relay_comes_before_the_disabled_check(relay: Relay, desk: Agent) -> None:
+    relay.settings(agent_sessions_enabled=False)
+    body = desk.refused("list_sessions", "REMOTE_RELAY_UNKNOWN", relay="build-box")
+    assert body["relays"] == [{"name": "desk", "self": True}]
+    desk.refused("list_sessions", "REMOTE_RELAY_LOCAL_DISABLED", relay="this")
+    # This relay's own name means this relay.
+    desk.refused("list_sessions", "REMOTE_RELAY_LOCAL_DISABLED", relay="DESK")
+
+
+def test_own_session_comes_before_the_rate_limit(relay: Relay, desk: Agent) -> None:
+    relay.settings(rate_calls_per_minute=1)
+    desk.ok("relay_info", relay="this")
+    desk.refused("send", "REMOTE_RELAY_OWN_SESSION", relay="this", session=desk.session_id, text="me")
+    body = desk.refused("relay_info", "REMOTE_RELAY_RATE_LIMITED", relay="this")
+    assert 1 <= body["retryAfterSeconds"] <= 60
+
+
+def test_every_registered_action_has_a_level_and_a_summary_line() -> None:
+    actions = load_actions()
+    assert {"list_relays", "relay_info", "usage", "list_sessions", "read_session", "send", "create_session",
+            "update_session", "wait", "stop", "archive"} <= set(actions)
+    for spec in actions.values():
+        assert spec.level in (None, "read", "prompt", "full")
+        assert spec.summary, f"{spec.name} has no docstring"
+        assert spec.writes == (spec.name in {"send", "create_session", "update_session", "stop", "archive"})
