@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import peewee
 from playhouse.db_url import connect as connect_url
+from playhouse.db_url import parse as parse_url
 
 from oar.config import Config
 
@@ -27,10 +28,25 @@ SQLITE_PRAGMAS = {
 }
 
 
+# PostgreSQL: connections per process, shared by its threads. Threads hold one only while
+# they use it (waits and running turns give theirs back), so a few serve many threads; a
+# thread that finds them all in use waits for one instead of failing. The default fits
+# the default process group (4 web + 2 worker processes + the clock) under PostgreSQL's
+# default limit of 100 connections.
+POSTGRES_POOL = {"max_connections": 8, "timeout": 30, "stale_timeout": 300}
+
+
 def open_database(config: Config) -> peewee.Database:
     """Create the database object for `config` and bind the proxy to it."""
     if config.database_url:
-        db = connect_url(config.database_url, autoconnect=True, autorollback=True)
+        url = config.database_url
+        scheme, sep, rest = url.partition("://")
+        pool: dict[str, int] = {}
+        if sep and scheme.removesuffix("+pool") in ("postgres", "postgresql"):
+            url = f"{scheme.removesuffix('+pool')}+pool://{rest}"
+            given = parse_url(url)  # values in the URL's query win
+            pool = {name: value for name, value in POSTGRES_POOL.items() if name not in given}
+        db = connect_url(url, autoconnect=True, autorollback=True, **pool)
     else:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         db = peewee.SqliteDatabase(
@@ -59,6 +75,15 @@ def released_connection() -> Iterator[None]:
     Inside a transaction or an explicit `connection_context()` the connection is kept,
     since closing it there would end what the caller opened.
     """
+    release_connection()
+    yield
+
+
+def release_connection() -> None:
+    """Give this thread's connection back (to the pool on PostgreSQL) between uses.
+
+    Kept inside a transaction or an explicit `connection_context()`; the next query takes
+    a connection again.
+    """
     if not database.in_transaction() and not database._state.ctx:
         database.close()
-    yield

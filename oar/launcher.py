@@ -50,7 +50,12 @@ def main() -> int:
     stopping = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopping.set())
-    children = {name: subprocess.Popen(command, cwd=PROJECT, env=env) for name, command in commands.items()}
+
+    def start(name: str) -> subprocess.Popen[bytes]:
+        # Each child leads its own process group, so that stopping can reach all of it.
+        return subprocess.Popen(commands[name], cwd=PROJECT, env=env, start_new_session=True)
+
+    children = {name: start(name) for name in commands}
     try:
         if _wait_until_healthy(config.host, config.port, stopping):
             from oar import settings
@@ -65,20 +70,40 @@ def main() -> int:
             for name, child in list(children.items()):
                 if child.poll() is not None:
                     log.warning("%s exited with %s; restarting it", name, child.returncode)
-                    children[name] = subprocess.Popen(commands[name], cwd=PROJECT, env=env)
+                    children[name] = start(name)
     finally:
-        for child in children.values():
-            if child.poll() is None:
-                child.terminate()
-        deadline = time.monotonic() + 10
-        for child in children.values():
-            try:
-                child.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                child.kill()
+        _stop_children(list(children.values()))
         if embedded is not None:
             embedded.shutdown()
     return 0
+
+
+def _stop_children(children: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM, then SIGTERM again, then SIGKILL to each child's process group.
+
+    The first SIGTERM is a graceful stop (gunicorn finishes requests, an RQ worker finishes
+    its turn); the second makes RQ workers shut down cold, killing the work horse of a turn
+    that is still running (its own process group; the reconciler fails that turn later);
+    whatever is left after that is killed.
+    """
+    for step, grace in ((signal.SIGTERM, 5.0), (signal.SIGTERM, 7.0), (signal.SIGKILL, 5.0)):
+        running = [child for child in children if child.poll() is None]
+        if not running:
+            return
+        for child in running:
+            try:
+                if step == signal.SIGKILL:
+                    os.killpg(child.pid, step)
+                else:
+                    child.send_signal(step)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        for child in running:
+            try:
+                child.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
 
 
 def _wait_until_healthy(host: str, port: int, stopping: threading.Event) -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 import redis
 
 from oar import ids, providers
-from oar.db import database, write_transaction
+from oar.db import database, release_connection, write_transaction
 from oar.models import Message, Session
 from oar.providers.base import Activity, TextDelta, TurnControl, TurnFailed, TurnRequest, Usage
 from oar.runtime import Runtime
@@ -101,6 +101,7 @@ class TurnWatcher(threading.Thread):
                 if time.monotonic() >= next_heartbeat:
                     Message.update(heartbeat_at=utcnow()).where(Message.id == self.turn_id).execute()
                     next_heartbeat = time.monotonic() + heartbeat_every
+                release_connection()  # not held between checks (SPEC §7: waits hold none)
         finally:
             if pubsub is not None:
                 pubsub.close()
@@ -144,6 +145,9 @@ def execute(runtime: Runtime, turn: Message) -> None:
     )
     stream = PartialWriter(turn.id, runtime.time("PARTIAL_WRITE_SECONDS"))
     failure: str | None = None
+    # A turn mostly waits on its provider: it takes a connection only to write, so that
+    # many turns in one worker process share a few connections.
+    release_connection()
     try:
         for event in provider.run_turn(request, control):
             if isinstance(event, TextDelta):
@@ -204,6 +208,7 @@ class PartialWriter:
             Message.update(partial_text=self.text, activities=self.activities[-20:]).where(
                 Message.id == self.turn_id
             ).execute()
+            release_connection()
             self.last_write = now
 
 
@@ -240,7 +245,9 @@ def history_of(session_id: str, before_seq: int) -> list[dict[str, str]]:
         .where((Message.session == session_id) & (Message.seq < before_seq))
         .order_by(Message.seq)
     )
-    return [{"role": row.role, "text": row.text} for row in rows]
+    history = [{"role": row.role, "text": row.text} for row in rows]
+    release_connection()
+    return history
 
 
 def call_relay_tool_as(runtime: Runtime, session_id: str, turn_id: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -250,4 +257,5 @@ def call_relay_tool_as(runtime: Runtime, session_id: str, turn_id: str, payload:
     caller = Session.get_by_id(session_id)
     turn = Message.get(Message.id == turn_id)
     _status, body = dispatch(CallContext(runtime=runtime, caller=caller, turn=turn, via="provider"), payload)
+    release_connection()
     return body

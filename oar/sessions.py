@@ -161,7 +161,12 @@ def settings_of(session: Session) -> dict[str, Any]:
         "group": groups.field_for(session),
         "thinking_enabled": session.thinking_enabled,
         "thinking_display": session.thinking_display,
-        "auto_compact_window": session.auto_compact_window,
+        # Stored as text: "auto", or a token count shown as the number it is.
+        "auto_compact_window": (
+            int(session.auto_compact_window)
+            if session.auto_compact_window and session.auto_compact_window.isdigit()
+            else session.auto_compact_window
+        ),
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 from tests.conftest import Agent, Relay
@@ -117,7 +118,7 @@ def test_worker_processes_run_many_turns_at_once(relay: Relay, desk: Agent) -> N
 def test_a_turn_can_wait_on_another_sessions_turn(relay: Relay, desk: Agent) -> None:
     helper = desk.ok("create_session", relay="this", text="hi")["session"]
     inner = relay.conversation("inner")
-    prompt = '!relay {"action": "send", "relay": "this", "session": "%s", "text": "inner question"}' % inner.session_id
+    prompt = "!relay " + json.dumps({"action": "send", "relay": "this", "session": inner.session_id, "text": "inner question"})
     body = desk.ok("send", relay="this", session=helper, text=prompt, wait_seconds=60)
     assert body["status"] == "done"
     assert '"reply":{"text":"echo: inner question"' in body["reply"]["text"]

@@ -8,6 +8,7 @@ silently when empty, listed in `ignored` otherwise, or rejected by strict action
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from oar import defaults
@@ -21,7 +22,35 @@ def is_empty(value: Any) -> bool:
 
 def check_arguments(spec: ActionSpec, payload: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Validated arguments and the ignored argument names; raises INVALID_INPUT."""
-    return check_fields(spec.name, spec.params, payload, strict=spec.strict, nothing=spec.nothing)
+    for name, sentence in spec.refused_args:
+        if not is_empty(payload.get(name)):
+            raise invalid(f"{sentence} {spec.nothing}".strip())
+    args, ignored = check_fields(spec.name, spec.params, payload, strict=spec.strict, nothing=spec.nothing)
+    if spec.needs_one_of and not any(name in args for name in spec.needs_one_of):
+        raise invalid(
+            f"{spec.name} needs at least one setting: {', '.join(spec.needs_one_of)}. {spec.nothing}".strip()
+        )
+    return args, ignored
+
+
+def unstorable_text(value: Any) -> bool:
+    """Whether a JSON value holds text no database can store: a NUL character or a lone surrogate."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return False
 
 
 def check_fields(
@@ -66,7 +95,9 @@ def _checked(action: str, nothing: str, name: str, param: Param, value: Any) -> 
             return lowered
         return value
     if param.kind == "int":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and (not math.isfinite(value) or not value.is_integer())
+        ):
             raise refuse(_range_text(param))
         number = int(value)
         if (param.minimum is not None and number < param.minimum) or (

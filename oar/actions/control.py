@@ -51,6 +51,11 @@ def _window(value: Any) -> str:
     strict=True,
     nothing=UPDATE_NOTHING,
     not_own_session="session",
+    refused_args=(("may_create_sessions", OWNER_ONLY_SETTING),),
+    needs_one_of=(
+        "model", "effort", "mode", "title", "group", "cwd", "thinking_enabled", "thinking_display",
+        "auto_compact_window",
+    ),
 )
 def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Change a session's settings for its next turns without prompting it."""
@@ -100,7 +105,7 @@ def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     stored_only = [key for key, value in ignored_settings.items() if getattr(target, key) != value]
     if not changed and not stored_only:
         return _update_result(ctx, target, [], notes)
-    if changed and target.created_by_session != ctx.caller.id:
+    if (changed or stored_only) and target.created_by_session != ctx.caller.id:
         raise ActionError(
             "REMOTE_RELAY_PERMISSION",
             f"Session {target.id[:8]} was not started by this conversation; changing it needs the owner's "

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from oar import sessions as session_rules
-from oar.actions.args import check_arguments
+from oar.actions.args import check_arguments, unstorable_text
 from oar.actions.registry import ActionSpec, load_actions
 from oar.errors import ActionError, invalid
 from oar.models import Message, Session
@@ -98,6 +98,13 @@ def _run(ctx: CallContext, payload: Any) -> dict[str, Any]:
     actions = load_actions()
     if not isinstance(payload, dict):
         raise invalid("The body must be a JSON object with an action and its arguments. Nothing was done.")
+    if unstorable_text(payload):
+        named = payload.get("action")
+        known = actions.get(named.strip()) if isinstance(named, str) else None
+        raise invalid(
+            "The call holds text the relay cannot store (a NUL character or a lone surrogate such as \\ud800). "
+            + ((known.nothing if known else "") or "Nothing was done.")
+        )
     name = payload.get("action")
     if not isinstance(name, str) or not name.strip():
         raise invalid(f"Give action: one of {', '.join(sorted(actions))}. Nothing was done.")

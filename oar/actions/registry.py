@@ -44,6 +44,11 @@ class ActionSpec:
     # The argument naming a session that must not be the caller's own conversation.
     not_own_session: str | None = None
     summary: str = ""
+    # Arguments refused with their own sentence instead of the unknown-argument one
+    # (update_session's `may_create_sessions`, SPEC §4).
+    refused_args: tuple[tuple[str, str], ...] = ()
+    # At least one of these arguments is required (update_session's settings, SPEC §5.9).
+    needs_one_of: tuple[str, ...] = ()
 
 
 ACTIONS: dict[str, ActionSpec] = {}

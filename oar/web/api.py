@@ -14,6 +14,9 @@ blueprint = Blueprint("api", __name__)
 @blueprint.post("/api/v1/relay_tool")
 def relay_tool():  # type: ignore[no-untyped-def]
     caller = require_agent()
-    payload = request.get_json(force=True, silent=True)
+    try:
+        payload = request.get_json(force=True, silent=True)
+    except RecursionError:  # nested deeper than the JSON parser goes: not a body any action takes
+        payload = None
     status, body = dispatch(CallContext(runtime=runtime(), caller=caller, via="http"), payload)
     return jsonify(body), status

@@ -7,7 +7,7 @@ from typing import Any
 from flask import Blueprint, jsonify, request
 
 from oar import defaults, groups, ids, lifecycle, providers, sessions, settings, turns
-from oar.actions.args import check_fields
+from oar.actions.args import check_fields, unstorable_text
 from oar.actions.common import CWD, EFFORT, MODE, MODEL, PROVIDER, TEXT, TITLE
 from oar.actions.prompts import check_effort, provider_unavailable
 from oar.actions.registry import Param
@@ -29,11 +29,19 @@ def owner_only() -> None:
 
 
 def body() -> dict[str, Any]:
-    payload = request.get_json(force=True, silent=True)
+    try:
+        payload = request.get_json(force=True, silent=True)
+    except RecursionError:  # nested deeper than the JSON parser goes
+        payload = None
     if payload is None and not request.get_data():
         return {}
     if not isinstance(payload, dict):
         raise invalid("The body must be a JSON object. Nothing was changed.")
+    if unstorable_text(payload):
+        raise invalid(
+            "The body holds text the relay cannot store (a NUL character or a lone surrogate such as \\ud800). "
+            "Nothing was changed."
+        )
     return payload
 
 
