@@ -74,17 +74,21 @@ class WakeHub:
         self._subscribed.wait(timeout=2)
 
     def _listen_forever(self) -> None:
+        failures = 0
         while True:
             try:
                 pubsub = self._connection.pubsub(ignore_subscribe_messages=True)
                 pubsub.psubscribe(self._pattern)
                 self._subscribed.set()
+                failures = 0
                 self._wake_all()  # whatever happened while we were disconnected
                 for message in pubsub.listen():
                     if message.get("type") == "pmessage":
                         self._wake(message["channel"].decode())
             except (redis.RedisError, OSError, ValueError) as error:
-                log.warning("wake-up listener lost Redis (%s); reconnecting", error)
+                # Said once per outage, not once a second while it lasts.
+                (log.warning if failures == 0 else log.debug)("wake-up listener lost Redis (%s); reconnecting", error)
+                failures += 1
                 self._subscribed.set()  # waiters fall back to periodic re-checks
                 time.sleep(1)
 
