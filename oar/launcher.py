@@ -81,12 +81,13 @@ def main() -> int:
 def _stop_children(children: list[subprocess.Popen[bytes]]) -> None:
     """SIGTERM, then SIGTERM again, then SIGKILL to each child's process group.
 
-    The first SIGTERM is a graceful stop (gunicorn finishes requests, an RQ worker finishes
-    its turn); the second makes RQ workers shut down cold, killing the work horse of a turn
-    that is still running (its own process group; the reconciler fails that turn later);
-    whatever is left after that is killed.
+    The first SIGTERM is a graceful stop: gunicorn finishes requests and an RQ worker lets
+    running turns finish, each for up to 10 s (gunicorn's `graceful_timeout`, the worker's
+    `SHUTDOWN_GRACE_SECONDS`). The second makes RQ workers shut down cold; turns still
+    running then are failed by the reconciler once their heartbeat stops. Whatever is left
+    after that is killed, with everything in its process group.
     """
-    for step, grace in ((signal.SIGTERM, 5.0), (signal.SIGTERM, 7.0), (signal.SIGKILL, 5.0)):
+    for step, grace in ((signal.SIGTERM, 12.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
         running = [child for child in children if child.poll() is None]
         if not running:
             return

@@ -1,0 +1,135 @@
+"""Migrations (SPEC §13): a migrated database has exactly the models' schema, on SQLite and on
+PostgreSQL; `oar migrate` is idempotent; SQLite runs in WAL mode with a busy timeout."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import peewee
+import pytest
+from playhouse.schema_diff import diff_models
+
+from oar.bootstrap import MIGRATIONS
+from oar.config import Config
+from oar.db import SQLITE_PRAGMAS, database, open_database
+from oar.models import MODELS
+from tests.conftest import PROJECT, _fresh_postgres_url
+
+POSTGRES_SERVER = os.environ.get("OAR_TEST_DATABASE_URL") or "postgresql://postgres@127.0.0.1:5432/postgres"
+MIGRATION_NAMES = sorted(path.stem for path in MIGRATIONS.glob("[0-9]*.py"))
+
+
+@pytest.fixture(autouse=True)
+def keep_the_shared_database_binding() -> Iterator[None]:
+    """These tests bind the process-wide database proxy; give the other tests theirs back."""
+    previous = database.obj
+    yield
+    if not database.is_closed():
+        database.close()
+    if previous is not None:
+        database.initialize(previous)
+
+
+def oar_migrate(env: dict[str, str]) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "oar", "migrate"], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def clean_environment(**values: str) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("OAR_")}
+    env.pop("DATABASE_URL", None)
+    env.update(values)
+    return env
+
+
+def assert_schema_matches_the_models(db: peewee.Database) -> None:
+    diff = diff_models(db, list(MODELS))
+    assert not diff, f"migrated schema differs from oar.models:\n{diff}"
+    # schema_diff does not look at nullability, primary keys or foreign keys; check those too.
+    for model in MODELS:
+        table = model._meta.table_name
+        columns = {column.name: column for column in db.get_columns(table)}
+        for field in model._meta.sorted_fields:
+            column = columns[field.column_name]
+            assert column.null == field.null, f"{table}.{field.column_name}: null={column.null}, model says {field.null}"
+            assert column.primary_key == field.primary_key, f"{table}.{field.column_name}: primary key differs"
+        wanted = {
+            (field.column_name, field.rel_model._meta.table_name, field.rel_field.column_name)
+            for field in model._meta.sorted_fields
+            if isinstance(field, peewee.ForeignKeyField)
+        }
+        found = {(fk.column, fk.dest_table, fk.dest_column) for fk in db.get_foreign_keys(table)}
+        assert found == wanted, f"{table}: foreign keys {found}, models say {wanted}"
+
+
+def test_a_fresh_sqlite_database_migrates_to_the_models_schema_once(tmp_path: Path) -> None:
+    env = clean_environment(OAR_DATA_DIR=str(tmp_path))
+    first = oar_migrate(env)
+    assert first == f"applied {len(MIGRATION_NAMES)} migrations: {', '.join(MIGRATION_NAMES)}"
+    assert oar_migrate(env) == "database is up to date"
+
+    db = open_database(Config(data_dir=tmp_path))
+    with database.connection_context():
+        assert_schema_matches_the_models(db)
+        # The relay's connections: WAL, a busy timeout, and the other pragmas it asks for.
+        assert db.execute_sql("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert db.execute_sql("PRAGMA busy_timeout").fetchone()[0] == SQLITE_PRAGMAS["busy_timeout"] > 0
+        assert db.execute_sql("PRAGMA foreign_keys").fetchone()[0] == 1
+        assert db.execute_sql("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    # WAL is a property of the file: any connection, not only the relay's, finds it.
+    raw = sqlite3.connect(tmp_path / "oar.db")
+    try:
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        raw.close()
+
+
+def postgres_reachable() -> str | None:
+    parts = urlsplit(POSTGRES_SERVER)
+    try:
+        db = peewee.PostgresqlDatabase(parts.path.lstrip("/") or "postgres", host=parts.hostname, port=parts.port or 5432,
+                                       user=parts.username or "postgres", password=parts.password, connect_timeout=3)
+        db.connect()
+        db.close()
+    except (peewee.DatabaseError, peewee.InterfaceError, ImportError) as error:
+        return f"PostgreSQL at {parts.hostname}:{parts.port or 5432} does not answer: {error}"
+    return None
+
+
+def drop_database(url: str) -> None:
+    parts = urlsplit(url)
+    admin = peewee.PostgresqlDatabase("postgres", host=parts.hostname, port=parts.port or 5432,
+                                      user=parts.username or "postgres", password=parts.password)
+    admin.connect()
+    admin.connection().autocommit = True
+    admin.execute_sql(f'DROP DATABASE IF EXISTS "{parts.path.lstrip("/")}" WITH (FORCE)')
+    admin.close()
+
+
+def test_a_fresh_postgresql_database_migrates_to_the_models_schema_once(tmp_path: Path) -> None:
+    missing = postgres_reachable()
+    if missing:
+        pytest.skip(missing)
+    url = _fresh_postgres_url(POSTGRES_SERVER)
+    try:
+        env = clean_environment(OAR_DATA_DIR=str(tmp_path), DATABASE_URL=url)
+        first = oar_migrate(env)
+        assert first == f"applied {len(MIGRATION_NAMES)} migrations: {', '.join(MIGRATION_NAMES)}"
+        assert oar_migrate(env) == "database is up to date"
+        db = open_database(Config(data_dir=tmp_path, database_url=url))
+        with database.connection_context():
+            assert isinstance(db, peewee.PostgresqlDatabase)
+            assert_schema_matches_the_models(db)
+        if hasattr(db, "close_all"):
+            db.close_all()
+    finally:
+        drop_database(url)

@@ -1,0 +1,306 @@
+"""The Procfile way (SPEC §1, §13, §16): `oar migrate`, a bare `gunicorn wsgi:app`,
+`oar worker` and `oar clock` as separate processes on the machine's Redis and PostgreSQL.
+
+Skipped (with the reason) only when PostgreSQL or Redis at 127.0.0.1 do not answer.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import requests
+
+from oar.db import POSTGRES_POOL
+from tests.conftest import Agent, Client, _fresh_postgres_url
+
+PROJECT = Path(__file__).resolve().parent.parent
+POSTGRES_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
+REDIS_SERVER = "redis://127.0.0.1:6379/0"
+FAST_TIMES = {
+    "OAR_TURN_HEARTBEAT_SECONDS": "0.5",
+    "OAR_TURN_STALE_SECONDS": "3",
+    "OAR_RECONCILE_SECONDS": "0.5",
+    "OAR_STOP_POLL_SECONDS": "0.5",
+}
+CONCURRENT_SENDS = 100
+# gunicorn.conf.py's web workers on this machine, the 2 worker processes and the clock.
+PROCESSES_USING_THE_DATABASE = min(4, (os.cpu_count() or 1) * 2 + 1) + 2 + 1
+SENDERS = 5  # each conversation sends 20 prompts: under the loop limit of 30 (SPEC §4)
+# Each worker process runs up to OAR_WORKER_THREADS (default 32) turns at once: 100 turns of
+# 3 s on 2 processes take about two rounds, so most sends come back done within wait_seconds.
+TURN_SLEEP = "3"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def servers_reachable() -> str | None:
+    """None when both servers answer, else why not."""
+    import peewee
+    import redis
+
+    try:
+        redis.Redis.from_url(REDIS_SERVER, socket_connect_timeout=2).ping()
+    except redis.RedisError as error:
+        return f"Redis at {REDIS_SERVER} does not answer: {error}"
+    try:
+        db = peewee.PostgresqlDatabase("postgres", host="127.0.0.1", port=5432, user="postgres", connect_timeout=3)
+        db.connect()
+        db.close()
+    except (peewee.DatabaseError, peewee.InterfaceError, ImportError) as error:
+        return f"PostgreSQL at 127.0.0.1:5432 does not answer: {error}"
+    return None
+
+
+def postgres(url: str) -> Any:
+    import peewee
+
+    return peewee.PostgresqlDatabase(url.rsplit("/", 1)[1], host="127.0.0.1", port=5432, user="postgres")
+
+
+def drop_database(url: str) -> None:
+    name = url.rsplit("/", 1)[1]
+    admin = postgres(POSTGRES_SERVER)
+    admin.connect()
+    admin.connection().autocommit = True
+    admin.execute_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.close()
+
+
+@dataclass
+class Procfile:
+    env: dict[str, str]
+    url: str
+    logs: Path
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def run(self, name: str, *command: str) -> subprocess.Popen[bytes]:
+        log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        process = subprocess.Popen(
+            [sys.executable, *command], cwd=PROJECT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        self.processes[name] = process
+        return process
+
+    def log(self, name: str) -> str:
+        return (self.logs / f"{name}.log").read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        tree: list[psutil.Process] = []
+        for process in self.processes.values():
+            try:
+                tree += psutil.Process(process.pid).children(recursive=True)
+            except psutil.Error:
+                pass
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for process in self.processes.values():
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                process.wait(timeout=10)
+        for leftover in tree:  # RQ work horses lead process groups of their own
+            try:
+                leftover.kill()
+            except psutil.Error:
+                pass
+
+
+@pytest.fixture(scope="module")
+def procfile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Procfile]:
+    missing = servers_reachable()
+    if missing:
+        pytest.skip(missing)
+    import redis
+
+    database_url = _fresh_postgres_url(POSTGRES_SERVER)
+    namespace = f"oartest{secrets.token_hex(4)}"
+    port = free_port()
+    data_dir = tmp_path_factory.mktemp("procfile")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("OAR_")}
+    env.pop("WEB_CONCURRENCY", None)
+    env.update(
+        DATABASE_URL=database_url,
+        REDIS_URL=REDIS_SERVER,
+        OAR_NAMESPACE=namespace,
+        OAR_OWNER_TOKEN="oar_o_" + secrets.token_urlsafe(32),
+        OAR_DATA_DIR=str(data_dir),
+        OAR_RELAY_NAME="procfile",
+        OAR_LOG_LEVEL="WARNING",
+        PORT=str(port),
+        **FAST_TIMES,
+    )
+    stack = Procfile(env=env, url=f"http://127.0.0.1:{port}", logs=data_dir)
+    try:
+        migrate = subprocess.run(
+            [sys.executable, "-m", "oar", "migrate"], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert migrate.returncode == 0, migrate.stderr
+        assert "applied 1 migrations: 0001_initial" in migrate.stdout, migrate.stdout
+        # Bare, as in the Procfile: gunicorn finds ./gunicorn.conf.py by itself.
+        stack.run("web", "-m", "gunicorn", "wsgi:app")
+        stack.run("worker", "-m", "oar", "worker", "--processes", "2")
+        stack.run("clock", "-m", "oar", "clock")
+        deadline = time.monotonic() + 90
+        while True:
+            for name, process in stack.processes.items():
+                assert process.poll() is None, f"{name} exited: {stack.log(name)}"
+            try:
+                if requests.get(f"{stack.url}/healthz", timeout=5).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            assert time.monotonic() < deadline, f"web never became healthy: {stack.log('web')}"
+            time.sleep(0.2)
+        yield stack
+    finally:
+        stack.stop()
+        connection = redis.Redis.from_url(REDIS_SERVER)
+        # The relay's own keys, and RQ's for its queue (rq:queue:<namespace>, rq:wip:<namespace>, …).
+        keys = [key for pattern in (f"{namespace}*", f"rq:*:{namespace}*") for key in connection.scan_iter(match=pattern, count=1000)]
+        for start in range(0, len(keys), 500):
+            connection.delete(*keys[start : start + 500])
+        drop_database(database_url)
+
+
+@pytest.fixture(scope="module")
+def owner(procfile: Procfile) -> Client:
+    owner = Client(procfile.url, procfile.env["OAR_OWNER_TOKEN"])
+    owner.patch(
+        "/api/v1/owner/settings",
+        {"agent_sessions_enabled": True, "rate_calls_per_minute": 0, "rate_writes_per_minute": 0},
+    )
+    return owner
+
+
+def conversation(procfile: Procfile, owner: Client, title: str) -> Agent:
+    body = owner.post("/api/v1/owner/sessions", {"title": title})
+    return Agent(procfile.url, body["token"], body["session"]["id"])
+
+
+def test_web_uses_gunicorn_conf_py_and_answers_health(procfile: Procfile) -> None:
+    health = requests.get(f"{procfile.url}/healthz", timeout=10)
+    assert health.status_code == 200
+    assert health.json() == {"ok": True, "version": health.json()["version"], "relay": "procfile"}
+    # gunicorn.conf.py asks for threaded (gthread) workers; a bare `gunicorn wsgi:app` read it.
+    arbiter = psutil.Process(procfile.processes["web"].pid)
+    assert len(arbiter.children()) >= 1
+    assert "Using worker: gthread" in procfile.log("web")
+
+
+def test_create_send_and_wait_work(procfile: Procfile, owner: Client) -> None:
+    desk = conversation(procfile, owner, "desk")
+    created = desk.ok("create_session", relay="this", text="hello postgres", wait_seconds=60)
+    assert created["status"] == "done", created
+    assert created["reply"]["text"] == "echo: hello postgres"
+    queued = desk.ok("send", relay="this", session=created["session"], text="!sleep 0.5\nsecond", wait_seconds=0)
+    assert queued["status"] in ("queued", "running")
+    done = desk.ok("wait", relay="this", session=created["session"], message_id=queued["message_id"], wait_seconds=60)
+    assert done["status"] == "done" and done["reply"]["text"] == "echo: second", done
+
+
+def test_many_concurrent_long_waits_do_not_block_other_requests(procfile: Procfile, owner: Client) -> None:
+    senders = [conversation(procfile, owner, f"sender {n}") for n in range(SENDERS)]
+    targets = [owner.post("/api/v1/owner/sessions", {"title": f"target {n}"})["session"]["id"] for n in range(CONCURRENT_SENDS)]
+    outstanding = 0
+    lock = threading.Lock()
+    results: dict[int, dict[str, Any]] = {}
+    errors: list[str] = []
+    finished = threading.Event()
+
+    def send_and_wait(number: int) -> None:
+        nonlocal outstanding
+        sender = senders[number % SENDERS]
+        agent = Agent(procfile.url, sender.token, sender.session_id)  # a connection pool per thread
+        target = targets[number]
+        try:
+            body = agent.ok("send", relay="this", session=target, text=f"!sleep {TURN_SLEEP}\nprompt {number}", wait_seconds=10)
+            deadline = time.monotonic() + 300
+            while body["status"] in ("queued", "running") and time.monotonic() < deadline:
+                body = agent.ok("wait", relay="this", session=target, message_id=body["message_id"], wait_seconds=30)
+            results[number] = body
+        except Exception as error:  # noqa: BLE001 - reported by the assertion below
+            errors.append(f"{number}: {type(error).__name__}: {error}")
+        finally:
+            with lock:
+                outstanding -= 1
+
+    probes: list[tuple[int, float, int, int]] = []  # (outstanding, seconds, healthz status, list status)
+    connections: list[int] = []  # the relay's PostgreSQL connections, as the server counts them
+
+    def probe() -> None:
+        lister = Agent(procfile.url, senders[0].token, senders[0].session_id)
+        counter = postgres(procfile.env["DATABASE_URL"])
+        while not finished.is_set():
+            connections.append(
+                counter.execute_sql(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                ).fetchone()[0]
+            )
+            with lock:
+                waiting = outstanding
+            started = time.monotonic()
+            try:
+                health = requests.get(f"{procfile.url}/healthz", timeout=30).status_code
+                listed, _body = lister.call("list_sessions", relay="this", scope="active", limit=5)
+            except requests.RequestException as error:
+                errors.append(f"probe: {type(error).__name__}: {error}")
+                health = listed = 0
+            probes.append((waiting, time.monotonic() - started, health, listed))
+            finished.wait(0.25)
+        counter.close()
+
+    threads = [threading.Thread(target=send_and_wait, args=(n,), daemon=True) for n in range(CONCURRENT_SENDS)]
+    outstanding = len(threads)
+    prober = threading.Thread(target=probe, daemon=True)
+    began = time.monotonic()
+    for thread in threads:
+        thread.start()
+    prober.start()
+    for thread in threads:
+        thread.join(timeout=400)
+    finished.set()
+    elapsed = time.monotonic() - began
+    prober.join(timeout=60)
+
+    assert not errors, errors[:5]
+    assert len(results) == CONCURRENT_SENDS
+    not_done = {n: r for n, r in results.items() if r["status"] != "done"}
+    assert not not_done, list(not_done.items())[:3]
+    assert all(results[n]["reply"]["text"] == f"echo: prompt {n}" for n in results)
+    assert probes and all(health == 200 and listed == 200 for _, _, health, listed in probes), probes
+    busy_probes = [seconds for waiting, seconds, _, _ in probes if waiting >= CONCURRENT_SENDS // 2]
+    assert busy_probes, f"no probe ran while at least {CONCURRENT_SENDS // 2} waits were held: {probes[:10]}"
+    # Each process shares a few pooled connections among its threads (oar.db.POSTGRES_POOL):
+    # far fewer than the waits and turns in flight, and under PostgreSQL's default limit of 100.
+    assert max(connections) <= PROCESSES_USING_THE_DATABASE * POSTGRES_POOL["max_connections"], connections
+    print(
+        f"\npeak PostgreSQL connections {max(connections)}; {CONCURRENT_SENDS} sends of !sleep {TURN_SLEEP} done in {elapsed:.1f} s; {len(probes)} probes (healthz + list_sessions), {len(busy_probes)} while ≥{CONCURRENT_SENDS // 2} waits "
+        f"were held; slowest {max(s for _, s, _, _ in probes):.3f} s, slowest while busy {max(busy_probes):.3f} s"
+    )
