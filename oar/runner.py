@@ -23,7 +23,7 @@ from oar.db import database, release_connection, write_transaction
 from oar.models import Message, Session
 from oar.providers.base import Activity, TextDelta, TurnControl, TurnFailed, TurnRequest, Usage
 from oar.runtime import Runtime
-from oar.signals import stop_channel
+from oar.signals import publish, stop_channel
 from oar.timeutil import utcnow
 
 log = logging.getLogger(__name__)
@@ -107,6 +107,12 @@ class TurnWatcher(threading.Thread):
                 pubsub.close()
             database.close()
 
+    def finish(self) -> None:
+        """End the watch at once: the thread may be blocked waiting for a stop signal."""
+        self.finished.set()
+        publish(self.runtime.redis, stop_channel(self.runtime.config.namespace, self.turn_id))
+        self.join(timeout=5)
+
     def _subscribe(self) -> Any:
         try:
             pubsub = self.runtime.redis.pubsub(ignore_subscribe_messages=True)
@@ -166,8 +172,7 @@ def execute(runtime: Runtime, turn: Message) -> None:
         log.exception("turn %s failed in provider %s (log reference %s)", turn.id, provider.name, reference)
         failure = f"The {provider.name} provider failed unexpectedly (log reference {reference})."
     finally:
-        watcher.finished.set()
-        watcher.join(timeout=5)
+        watcher.finish()
     text = stream.text
     if watcher.timed_out:
         limit = runtime.settings()["max_turn_seconds"]

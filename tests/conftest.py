@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import peewee
 import pytest
 import requests
 from werkzeug.serving import make_server
@@ -30,6 +29,7 @@ from oar.models import MODELS
 from oar.providers import ensure_builtin
 from oar.runtime import Runtime
 from oar.web import create_app
+from tests.servers import create_postgres_database
 
 PROJECT = Path(__file__).resolve().parent.parent
 
@@ -41,21 +41,6 @@ FAST_TIMES = {
     "STOP_POLL_SECONDS": "0.5",
     "WAIT_RECHECK_SECONDS": "2",
 }
-
-
-def _fresh_postgres_url(server_url: str) -> str:
-    """Create a database of its own for this run on the given PostgreSQL server."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(server_url)
-    name = f"oar_test_{secrets.token_hex(4)}"
-    admin = peewee.PostgresqlDatabase(parts.path.lstrip("/") or "postgres", host=parts.hostname, port=parts.port or 5432,
-                                      user=parts.username or "postgres", password=parts.password)
-    admin.connect()
-    admin.connection().autocommit = True
-    admin.execute_sql(f'CREATE DATABASE "{name}"')
-    admin.close()
-    return urlunsplit(parts._replace(path=f"/{name}"))
 
 
 @pytest.fixture(scope="session")
@@ -74,7 +59,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def database_url() -> str | None:
     external = os.environ.get("OAR_TEST_DATABASE_URL")
-    return _fresh_postgres_url(external) if external else None
+    return create_postgres_database(external) if external else None
 
 
 def stack_environment(config: Config, times: dict[str, str]) -> dict[str, str]:

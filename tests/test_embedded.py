@@ -13,7 +13,6 @@ import queue
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -28,17 +27,12 @@ import requests
 
 from oar.reconciler import ORPHANED_TEXT
 from tests.conftest import Agent, Client
+from tests.servers import free_port
 
 PROJECT = Path(__file__).resolve().parent.parent
 LISTENING = re.compile(r'^OAR relay "(?P<name>[^"]+)" listening on (?P<url>http://\S+)$')
 OWNER_TOKEN = re.compile(r"^Owner token \(shown once; keep it\): (?P<token>\S+)$")
 STALE_SECONDS = 3
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Launcher:

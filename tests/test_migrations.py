@@ -9,7 +9,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import peewee
 import pytest
@@ -19,9 +18,9 @@ from oar.bootstrap import MIGRATIONS
 from oar.config import Config
 from oar.db import SQLITE_PRAGMAS, database, open_database
 from oar.models import MODELS
-from tests.conftest import PROJECT, _fresh_postgres_url
+from tests.conftest import PROJECT
+from tests.servers import create_postgres_database, drop_postgres_database, postgres_unreachable
 
-POSTGRES_SERVER = os.environ.get("OAR_TEST_DATABASE_URL") or "postgresql://postgres@127.0.0.1:5432/postgres"
 MIGRATION_NAMES = sorted(path.stem for path in MIGRATIONS.glob("[0-9]*.py"))
 
 
@@ -93,33 +92,11 @@ def test_a_fresh_sqlite_database_migrates_to_the_models_schema_once(tmp_path: Pa
         raw.close()
 
 
-def postgres_reachable() -> str | None:
-    parts = urlsplit(POSTGRES_SERVER)
-    try:
-        db = peewee.PostgresqlDatabase(parts.path.lstrip("/") or "postgres", host=parts.hostname, port=parts.port or 5432,
-                                       user=parts.username or "postgres", password=parts.password, connect_timeout=3)
-        db.connect()
-        db.close()
-    except (peewee.DatabaseError, peewee.InterfaceError, ImportError) as error:
-        return f"PostgreSQL at {parts.hostname}:{parts.port or 5432} does not answer: {error}"
-    return None
-
-
-def drop_database(url: str) -> None:
-    parts = urlsplit(url)
-    admin = peewee.PostgresqlDatabase("postgres", host=parts.hostname, port=parts.port or 5432,
-                                      user=parts.username or "postgres", password=parts.password)
-    admin.connect()
-    admin.connection().autocommit = True
-    admin.execute_sql(f'DROP DATABASE IF EXISTS "{parts.path.lstrip("/")}" WITH (FORCE)')
-    admin.close()
-
-
 def test_a_fresh_postgresql_database_migrates_to_the_models_schema_once(tmp_path: Path) -> None:
-    missing = postgres_reachable()
+    missing = postgres_unreachable()
     if missing:
         pytest.skip(missing)
-    url = _fresh_postgres_url(POSTGRES_SERVER)
+    url = create_postgres_database()
     try:
         env = clean_environment(OAR_DATA_DIR=str(tmp_path), DATABASE_URL=url)
         first = oar_migrate(env)
@@ -132,4 +109,4 @@ def test_a_fresh_postgresql_database_migrates_to_the_models_schema_once(tmp_path
         if hasattr(db, "close_all"):
             db.close_all()
     finally:
-        drop_database(url)
+        drop_postgres_database(url)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,7 +23,14 @@ import pytest
 import requests
 
 from oar.db import POSTGRES_POOL
-from tests.conftest import Agent, Client, _fresh_postgres_url
+from tests.conftest import Agent, Client
+from tests.servers import (
+    create_postgres_database,
+    drop_postgres_database,
+    free_port,
+    postgres_database,
+    postgres_unreachable,
+)
 
 PROJECT = Path(__file__).resolve().parent.parent
 POSTGRES_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -44,43 +50,15 @@ SENDERS = 5  # each conversation sends 20 prompts: under the loop limit of 30 (S
 TURN_SLEEP = "3"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def servers_reachable() -> str | None:
     """None when both servers answer, else why not."""
-    import peewee
     import redis
 
     try:
         redis.Redis.from_url(REDIS_SERVER, socket_connect_timeout=2).ping()
     except redis.RedisError as error:
         return f"Redis at {REDIS_SERVER} does not answer: {error}"
-    try:
-        db = peewee.PostgresqlDatabase("postgres", host="127.0.0.1", port=5432, user="postgres", connect_timeout=3)
-        db.connect()
-        db.close()
-    except (peewee.DatabaseError, peewee.InterfaceError, ImportError) as error:
-        return f"PostgreSQL at 127.0.0.1:5432 does not answer: {error}"
-    return None
-
-
-def postgres(url: str) -> Any:
-    import peewee
-
-    return peewee.PostgresqlDatabase(url.rsplit("/", 1)[1], host="127.0.0.1", port=5432, user="postgres")
-
-
-def drop_database(url: str) -> None:
-    name = url.rsplit("/", 1)[1]
-    admin = postgres(POSTGRES_SERVER)
-    admin.connect()
-    admin.connection().autocommit = True
-    admin.execute_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.close()
+    return postgres_unreachable(POSTGRES_SERVER)
 
 
 @dataclass
@@ -139,7 +117,7 @@ def procfile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Procfile]:
         pytest.skip(missing)
     import redis
 
-    database_url = _fresh_postgres_url(POSTGRES_SERVER)
+    database_url = create_postgres_database(POSTGRES_SERVER)
     namespace = f"oartest{secrets.token_hex(4)}"
     port = free_port()
     data_dir = tmp_path_factory.mktemp("procfile")
@@ -186,7 +164,7 @@ def procfile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Procfile]:
         keys = [key for pattern in (f"{namespace}*", f"rq:*:{namespace}*") for key in connection.scan_iter(match=pattern, count=1000)]
         for start in range(0, len(keys), 500):
             connection.delete(*keys[start : start + 500])
-        drop_database(database_url)
+        drop_postgres_database(database_url)
 
 
 @pytest.fixture(scope="module")
@@ -256,7 +234,7 @@ def test_many_concurrent_long_waits_do_not_block_other_requests(procfile: Procfi
 
     def probe() -> None:
         lister = Agent(procfile.url, senders[0].token, senders[0].session_id)
-        counter = postgres(procfile.env["DATABASE_URL"])
+        counter = postgres_database(procfile.env["DATABASE_URL"])
         while not finished.is_set():
             connections.append(
                 counter.execute_sql(

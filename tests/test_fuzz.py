@@ -1,0 +1,272 @@
+"""Property-based tests: whatever an agent or the owner posts, the relay answers in the SPEC shape.
+
+Random action payloads (registered action names and junk, random argument names, random
+JSON values of every type: nested, huge integers, NaN and infinities, unicode, lone
+surrogates, NUL characters, None, booleans) are posted over real HTTP to the real relay.
+It never answers 5xx, never a traceback or an HTML page: always a JSON object with `ok`,
+and when `ok` is false a SPEC §14 `code` whose status is the HTTP status (SPEC §3, §14).
+
+Prompts are kept from tying up the workers: `wait_seconds` is 0 for actions that wait
+(unless the drawn value is one the relay must refuse anyway), and lines starting with "!"
+(echo directives such as !sleep) are taken out of prompt text.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+import requests
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from oar.actions.registry import Param, load_actions
+from oar.errors import STATUS_BY_CODE
+from tests.conftest import Agent, Relay
+
+ACTIONS = load_actions()
+REGISTERED = sorted(ACTIONS)
+PARAM_NAMES = sorted({name for spec in ACTIONS.values() for name in spec.params} | {"may_create_sessions"})
+WAITING = {"send", "create_session", "wait"}
+
+FUZZ = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+# Strings an agent might send, and strings that have broken servers before.
+INTERESTING = [
+    "", " ", "this", "desk", "DESK", " this ", "build-box", "none", "None", "auto", "AUTO", "fast", "agent", "plan",
+    "ask", "queue", "fail", "maybe", "recent", "all", "archived", "summarized", "full", "hidden", "low", "high",
+    "echo", "echo-1", "echo-2", "gpt-9", "grp_", "grp_nosuch", "/", "/etc", "/tmp", "~", "~root", "~/x", "..",
+    "../../etc/passwd", "relative/dir", "\x00", "a\x00b", "\ud800", "x\udfffy", "ünïcödé", "🛰️ relay", "\u202e",
+    "'; DROP TABLE session; --", "%", "_", "%_%", "\\", "\r\n", "NaN", "null", "true", "[]", "{}", "0", "-1",
+    "x" * 300, "<child>", "<child8>", "<own>", "<own8>", "<other>", "<prompt>", "<reply>",
+]
+HUGE = [2**31, 2**63, -(2**63) - 1, 2**64, 10**30, -(10**30), 10**100]
+
+leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-3, max_value=120),
+    st.integers(),
+    st.sampled_from(HUGE),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=24),
+    st.text(st.characters(categories=("Cs", "Cc", "Zs", "So", "Lo")), max_size=8),  # surrogates, controls, …
+    st.sampled_from(INTERESTING),
+)
+values = st.recursive(
+    leaves,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=10,
+)
+names = st.one_of(st.sampled_from(PARAM_NAMES), st.text(max_size=12)).filter(lambda name: name != "action")
+
+
+@st.composite
+def action_names(draw: st.DrawFn) -> Any:
+    """Mostly a registered action (sometimes padded with white space), else junk."""
+    pick = draw(st.integers(min_value=0, max_value=9))
+    if pick == 0:
+        return draw(st.one_of(st.text(max_size=16), values))
+    if pick == 1:
+        return draw(st.sampled_from(REGISTERED)).upper()
+    if pick == 2:
+        return f" {draw(st.sampled_from(REGISTERED))}\n"
+    return draw(st.sampled_from(REGISTERED))
+
+
+def param_values(param: Param) -> st.SearchStrategy[Any]:
+    """Values for one argument: half of the time of its own kind (often valid), else anything."""
+    if param.kind == "int":
+        low = -2 if param.minimum is None else param.minimum - 1
+        high = (param.maximum if param.maximum is not None else 10_000) + 1
+        own: st.SearchStrategy[Any] = st.integers(min_value=low, max_value=min(high, low + 100_000))
+    elif param.kind == "bool":
+        own = st.booleans()
+    elif param.choices:
+        own = st.sampled_from([*param.choices, *(choice.upper() for choice in param.choices), "maybe"])
+    elif param.kind == "str":
+        own = st.one_of(st.sampled_from(INTERESTING), st.text(max_size=24))
+    else:
+        own = values
+    return st.one_of(own, values)
+
+# Values that make each action succeed (filled in with real ids).
+PLAUSIBLE = {"relay": "this", "session": "<child>", "text": "hello", "message_id": "<prompt>", "title": "fuzzed"}
+
+
+@st.composite
+def payloads(draw: st.DrawFn) -> Any:
+    """A relay_tool body: mostly an action with arguments, sometimes any JSON at all."""
+    if draw(st.integers(min_value=0, max_value=19)) == 0:
+        return draw(values)
+    action = draw(action_names())
+    spec = ACTIONS.get(action.strip()) if isinstance(action, str) else None
+    body: dict[str, Any] = {}
+    if spec is not None and draw(st.integers(min_value=0, max_value=3)) > 0:
+        # Aim deeper: start from valid arguments, then maybe spoil some with the action's own names.
+        body.update({name: value for name, value in PLAUSIBLE.items() if name in spec.params})
+        for name in draw(st.lists(st.sampled_from(sorted(spec.params) or ["relay"]), max_size=3, unique=True)):
+            body[name] = draw(param_values(spec.params[name])) if name in spec.params else draw(values)
+        body.update(draw(st.dictionaries(names, values, max_size=2)))
+    else:
+        if draw(st.booleans()):
+            body["relay"] = "this"
+        body.update(draw(st.dictionaries(names, values, max_size=6)))
+    body["action"] = action
+    return body
+
+
+def surely_refused_wait(value: Any) -> bool:
+    """Whether `wait_seconds: value` is refused before anything waits (else the test makes it 0)."""
+    if value is True:
+        return True
+    if isinstance(value, int) and not isinstance(value, bool):
+        return not 0 <= value <= 86_400
+    if isinstance(value, float):
+        return not math.isfinite(value) or not value.is_integer() or not 0 <= value <= 86_400
+    if isinstance(value, (str, list, dict)):
+        return bool(value)
+    return False
+
+
+def without_directives(text: str) -> str:
+    """The prompt without echo directives: the echo provider reads lines starting with "!"."""
+    return "\n".join(line for line in text.splitlines() if not line.startswith("!"))
+
+
+def tame(payload: Any, refs: dict[str, str]) -> Any:
+    """Fill in real ids, keep prompts short of directives and waits at 0."""
+    if isinstance(payload, str):
+        return refs.get(payload, payload)
+    if isinstance(payload, list):
+        return [tame(item, refs) for item in payload]
+    if not isinstance(payload, dict):
+        return payload
+    payload = {key: tame(value, refs) for key, value in payload.items()}
+    if isinstance(payload.get("text"), str):
+        payload["text"] = without_directives(payload["text"])
+    action = payload.get("action")
+    if isinstance(action, str) and action.strip() in WAITING and not surely_refused_wait(payload.get("wait_seconds")):
+        payload["wait_seconds"] = 0
+    return payload
+
+
+def post_json(url: str, token: str | None, method: str, payload: Any) -> requests.Response:
+    """Post `payload` as Python's json writes it: NaN and Infinity included, surrogates escaped."""
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return requests.request(method, url, data=json.dumps(payload).encode(), headers=headers, timeout=60)
+
+
+def assert_spec_shaped(response: requests.Response) -> dict[str, Any]:
+    """SPEC §3/§14: never 5xx, never HTML or a traceback; JSON with ok, and a code matching the status."""
+    assert response.status_code < 500, response.text[:500]
+    assert response.headers["Content-Type"].startswith("application/json"), response.text[:500]
+    assert "Traceback" not in response.text and "<html" not in response.text.lower(), response.text[:500]
+    body = response.json()
+    assert isinstance(body, dict) and isinstance(body.get("ok"), bool), body
+    if body["ok"]:
+        assert response.status_code in (200, 201), (response.status_code, body)
+    else:
+        assert body["code"] in STATUS_BY_CODE, body
+        assert STATUS_BY_CODE[body["code"]] == response.status_code, (response.status_code, body)
+        assert isinstance(body["error"], str) and body["error"].strip(), body
+    return body
+
+
+@pytest.fixture
+def refs(relay: Relay, desk: Agent) -> dict[str, str]:
+    created = desk.ok("create_session", relay="this", text="fuzz target", wait_seconds=30)
+    other = relay.conversation("other")
+    reply = next(
+        m["id"] for m in relay.owner.get(f"/api/v1/owner/sessions/{created['session']}")["messages"]
+        if m["role"] == "assistant"
+    )
+    return {
+        "<child>": created["session"],
+        "<child8>": created["session"][:8],
+        "<own>": desk.session_id,
+        "<own8>": desk.session_id[:8],
+        "<other>": other.session_id,
+        "<prompt>": created["message_id"],
+        "<reply>": reply,
+    }
+
+
+def test_random_action_payloads_always_get_a_spec_shaped_answer(relay: Relay, desk: Agent, refs: dict[str, str]) -> None:
+    answered: dict[bool, int] = {True: 0, False: 0}
+    codes: set[str] = set()
+
+    @FUZZ
+    @given(payload=payloads())
+    def one_call(payload: Any) -> None:
+        response = post_json(relay.url + "/api/v1/relay_tool", desk.token, "POST", tame(payload, refs))
+        body = assert_spec_shaped(response)
+        answered[body["ok"]] += 1
+        if not body["ok"]:
+            codes.add(body["code"])
+
+    one_call()
+    # The fuzzing reached both sides: calls that succeeded and calls that were refused.
+    assert answered[True] > 0 and answered[False] > 0, answered
+    assert "REMOTE_RELAY_INVALID_INPUT" in codes, codes
+    # And the relay is still well afterwards.
+    health = requests.get(relay.url + "/healthz", timeout=30)
+    assert health.status_code == 200 and health.json()["ok"] is True
+    assert desk.ok("read_session", relay="this", session=refs["<child>"])["session"]["id"] == refs["<child>"]
+
+
+OWNER_ROUTES = [
+    ("PATCH", "/api/v1/owner/settings"),
+    ("POST", "/api/v1/owner/sessions"),
+    ("PATCH", "/api/v1/owner/sessions/<child>"),
+    ("POST", "/api/v1/owner/sessions/<child>/messages"),
+    ("POST", "/api/v1/owner/groups"),
+    ("PATCH", "/api/v1/owner/groups/<group>"),
+    ("POST", "/api/v1/relay_tool"),  # the owner's token is not an agent token
+]
+OWNER_FIELDS = sorted(
+    {
+        "agent_sessions_enabled", "max_wait_seconds", "max_turn_seconds", "quiet_after_minutes",
+        "accept_agent_prompts", "allow_shell_tasks", "allowed_roots", "relay_name", "rate_calls_per_minute",
+        "rate_writes_per_minute", "title", "provider", "model", "effort", "mode", "cwd", "text",
+        "may_create_sessions", "group_id", "name", "position",
+    }
+)
+owner_bodies = st.one_of(
+    st.dictionaries(st.one_of(st.sampled_from(OWNER_FIELDS), st.text(max_size=10)), values, max_size=4),
+    values,
+)
+
+
+def test_random_owner_api_bodies_always_get_a_spec_shaped_answer(relay: Relay, refs: dict[str, str]) -> None:
+    original = relay.owner.get("/api/v1/owner/settings")["settings"]
+    group = relay.owner.post("/api/v1/owner/groups", {"name": "fuzzed"})["group"]["id"]
+    places = {**refs, "<group>": group}
+    answered: dict[bool, int] = {True: 0, False: 0}
+
+    @settings(FUZZ, max_examples=100)
+    @given(route=st.sampled_from(OWNER_ROUTES), body=owner_bodies)
+    def one_call(route: tuple[str, str], body: Any) -> None:
+        method, path = route
+        for name, value in places.items():
+            path = path.replace(name, value)
+        body = tame(body, refs)
+        try:
+            response = post_json(relay.url + path, relay.owner.token, method, body)
+            answered[assert_spec_shaped(response)["ok"]] += 1
+        finally:
+            # A random but valid settings change (a new relay name, a rate limit) must not leak into the next call.
+            if method == "PATCH" and path.endswith("/settings"):
+                relay.owner.patch("/api/v1/owner/settings", original)
+
+    one_call()
+    assert answered[True] > 0 and answered[False] > 0, answered
+    assert relay.owner.get("/api/v1/owner/settings")["settings"] == original
