@@ -1,0 +1,1 @@
+"""The relay's benchmark: `python -m bench` from the project root (see docs/benchmarks.md)."""

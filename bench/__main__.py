@@ -1,0 +1,194 @@
+"""`python -m bench`: start a relay and a bare Flask baseline, measure, print, stop.
+
+Figures (docs/benchmarks.md says what each means):
+- throughput of relay_tool `read_session` and `list_sessions` with 1,000 sessions × 50
+  messages in the database, and of a bare Flask JSON endpoint served the same way; the
+  ratio relay ÷ bare is the figure to compare across machines;
+- wake latency of `send` (reply completed → waiting send returned) and send round trip.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import random
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+from bench import report, seed, stack, wake
+from bench.load import LoadGenerator, Tally, Workload
+from bench.owner import Owner
+
+WARM_UP_SECONDS = 1.0
+
+
+def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=4.0, help="length of one measurement round (default 4)")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="rounds, each measuring every endpoint in turn (default 2)"
+    )
+    parser.add_argument("--processes", type=int, default=2, help="load generator processes (default 2)")
+    parser.add_argument("--threads", type=int, default=8, help="connections per load generator process (default 8)")
+    parser.add_argument("--sessions", type=int, default=1000, help="seeded sessions (default 1000)")
+    parser.add_argument("--messages", type=int, default=50, help="messages per seeded session (default 50)")
+    parser.add_argument("--sends", type=int, default=200, help="sends for the wake latency (default 200)")
+    parser.add_argument("--warm-up-sends", type=int, default=20, help="sends made first and not counted (default 20)")
+    return parser.parse_args(argv)
+
+
+def progress(text: str) -> None:
+    """Progress goes to stderr; stdout holds only the figures."""
+    print(f"[bench] {text}", file=sys.stderr, flush=True)
+
+
+def check_workload(workload: Workload) -> None:
+    """One request by hand first: a misconfigured run should fail loudly, not measure errors."""
+    response = requests.post(
+        workload.url,
+        data=workload.body(random.Random(0)),
+        headers={"Authorization": f"Bearer {workload.token}", "Content-Type": "application/json"},
+        timeout=30,
+    )
+    if response.status_code != 200 or response.json().get("ok") is not True:
+        raise RuntimeError(f"{workload.url} answered {response.status_code}: {response.text[:500]}")
+
+
+def measure_throughput(
+    load: LoadGenerator, workloads: dict[str, Workload], seconds: float, rounds: int
+) -> dict[str, Tally]:
+    """Every endpoint in turn, `rounds` times, so that drift in the machine's load (other
+    jobs on a shared machine) spreads over all endpoints instead of falling on one."""
+    for name, workload in workloads.items():
+        check_workload(workload)
+        progress(f"warming up {name}")
+        load.run(workload, WARM_UP_SECONDS)
+    totals = {name: Tally() for name in workloads}
+    for number in range(1, rounds + 1):
+        for name, workload in workloads.items():
+            progress(f"round {number}/{rounds}: {name} for {seconds:g} s")
+            totals[name].add(load.run(workload, seconds), sequential=True)
+    return totals
+
+
+def throughput_rows(totals: dict[str, Tally], baseline: str) -> list[report.ThroughputRow]:
+    bare = totals[baseline].per_second
+    return [
+        report.ThroughputRow(
+            name=name,
+            per_second=tally.per_second,
+            p50_ms=report.percentile(tally.latencies, 0.50) * 1000,
+            p99_ms=report.percentile(tally.latencies, 0.99) * 1000,
+            errors=tally.errors,
+            ratio=tally.per_second / bare if bare else float("nan"),
+        )
+        for name, tally in totals.items()
+    ]
+
+
+@dataclass(frozen=True)
+class Results:
+    seeded: seed.Seeded
+    shape: stack.GunicornShape
+    worker_processes: int
+    connections: int
+    load_average: float
+    throughput: dict[str, Tally]
+    wake: wake.WakeFigures
+
+
+def relay_workloads(running: stack.Running, token: str, session_ids: Sequence[str]) -> dict[str, Workload]:
+    """The three measured endpoints; the first is the baseline the ratios divide by."""
+    endpoint = "/api/v1/relay_tool"
+    read = {"action": "read_session", "relay": "this"}
+    return {
+        # The bare server gets the same bytes as read_session; it ignores them.
+        "bare Flask JSON (baseline)": Workload(running.bare.url + endpoint, token, read, tuple(session_ids)),
+        "relay_tool read_session": Workload(running.relay.url + endpoint, token, read, tuple(session_ids)),
+        "relay_tool list_sessions": Workload(
+            running.relay.url + endpoint, token, {"action": "list_sessions", "relay": "this"}
+        ),
+    }
+
+
+def run(args: argparse.Namespace) -> Results:
+    """The whole benchmark: every process it starts is stopped and every file removed on return."""
+    with stack.prepared() as ready:
+        progress(f"seeding {args.sessions:,} sessions × {args.messages} messages")
+        seeded = seed.seed(ready.data_dir, args.sessions, args.messages)
+        progress("starting the relay (web, worker, clock) and the bare Flask baseline")
+        with stack.started(ready) as running, LoadGenerator(args.processes, args.threads) as load:
+            load_average = os.getloadavg()[0]
+            owner = Owner(running.relay.url, ready.owner_token)
+            owner.open_to_agents()
+            _caller, token = owner.conversation("bench")
+            workloads = relay_workloads(running, token, seeded.session_ids)
+            throughput = measure_throughput(load, workloads, args.seconds, args.rounds)
+            progress(f"{args.warm_up_sends} + {args.sends} sends to an echo session, one at a time")
+            timings = wake.measure_sends(running.relay.url, owner, args.sends, args.warm_up_sends)
+        return Results(
+            seeded=seeded,
+            shape=running.shape,
+            worker_processes=running.worker_processes,
+            connections=load.connections,
+            load_average=load_average,
+            throughput=throughput,
+            wake=wake.figures(ready.data_dir, timings),
+        )
+
+
+def cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    return platform.processor() or "unknown CPU"
+
+
+def render(args: argparse.Namespace, results: Results) -> str:
+    sends = len(results.wake.wake_ms)
+    return "\n".join(
+        [
+            "OAR Relay benchmark",
+            f"machine      {os.cpu_count()} CPUs ({cpu_model()}), {platform.system()} {platform.machine()}, "
+            f"Python {platform.python_version()}, load average {results.load_average:.2f} before measuring",
+            f"servers      {results.shape.describe()} (gunicorn.conf.py), relay and baseline alike; "
+            f"the relay also runs {results.worker_processes} RQ worker processes and the clock",
+            f"database     SQLite, {args.sessions:,} sessions × {args.messages} messages "
+            f"({results.seeded.messages:,} messages, seeded in {results.seeded.seconds:.1f} s); embedded Redis",
+            f"load         {results.connections} keep-alive connections ({args.processes} processes × {args.threads} "
+            f"threads), {args.rounds} × {args.seconds:g} s per endpoint",
+            "",
+            report.throughput_table(throughput_rows(results.throughput, next(iter(results.throughput)))),
+            "",
+            report.latency_line(f"wake latency ({sends} sends)", results.wake.wake_ms),
+            report.latency_line(f"send round trip ({sends} sends)", results.wake.round_trip_ms),
+        ]
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_arguments(argv)
+    # SIGTERM unwinds like Ctrl-C, so that every child is stopped and the temp dir removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    started = time.monotonic()
+    try:
+        results = run(args)
+    except KeyboardInterrupt:
+        progress("interrupted; children stopped, temporary files removed")
+        return 130
+    print(render(args, results), flush=True)
+    progress(f"done in {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

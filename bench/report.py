@@ -1,0 +1,43 @@
+"""Percentiles and the printed table."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """Nearest-rank percentile: a value that was actually observed, never an interpolation."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass(frozen=True)
+class ThroughputRow:
+    name: str
+    per_second: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+    ratio: float
+
+
+def throughput_table(rows: Sequence[ThroughputRow]) -> str:
+    header = f"{'endpoint':<34}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}{'× bare':>9}"
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        lines.append(
+            f"{row.name:<34}{row.per_second:>9,.0f}{row.p50_ms:>9.1f}{row.p99_ms:>9.1f}{row.errors:>8}{row.ratio:>9.2f}"
+        )
+    return "\n".join(lines)
+
+
+def latency_line(label: str, values_ms: Sequence[float]) -> str:
+    return (
+        f"{label:<44}p50 {percentile(values_ms, 0.50):7.2f} ms   p99 {percentile(values_ms, 0.99):7.2f} ms"
+        f"   max {max(values_ms):7.2f} ms"
+    )

@@ -1,0 +1,84 @@
+"""Wake latency: how soon a waiting `send` returns once the reply it waits for is complete.
+
+The turn runner stamps the prompt's `completed_at` (naive UTC) just before it commits the
+reply and publishes the wake-up signal; the client notes `time.time()` when the response
+has arrived. Both clocks are this machine's, so the difference is the whole path the
+product promises to keep to milliseconds (SPEC §7): commit, Redis signal, the waiting
+request thread waking, reading the reply and answering.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC
+from pathlib import Path
+
+import requests
+
+from bench.owner import Owner
+from oar import defaults
+from oar.config import Config
+from oar.db import database, open_database
+from oar.models import Message
+
+WAIT_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class SendTiming:
+    message_id: str
+    sent_at: float  # time.time() before the request
+    received_at: float  # time.time() once the response arrived
+
+
+@dataclass(frozen=True)
+class WakeFigures:
+    wake_ms: list[float]
+    round_trip_ms: list[float]
+
+
+def measure_sends(url: str, owner: Owner, sends: int, warm_up: int) -> list[SendTiming]:
+    """`sends` sends, one after another, to one echo session, each waiting for its reply.
+
+    The first `warm_up` sends are left out: the first wait in each gunicorn worker process
+    starts that process's wake-up listener, a one-time cost that is not the wake path.
+    """
+    target, _ = owner.conversation("bench echo target")
+    timings: list[SendTiming] = []
+    http = requests.Session()
+    for number in range(warm_up + sends):
+        # Loop protection refuses a conversation's 31st agent-to-agent prompt until the user
+        # writes in it; a new conversation per 30 sends keeps the measured path pure `send`.
+        if number % defaults.LOOP_PROMPTS_BEFORE_CARD == 0:
+            _caller, token = owner.conversation(f"bench sender {number // defaults.LOOP_PROMPTS_BEFORE_CARD}")
+            http.headers["Authorization"] = f"Bearer {token}"
+        payload = {
+            "action": "send",
+            "relay": "this",
+            "session": target,
+            "text": f"ping {number}",
+            "wait_seconds": WAIT_SECONDS,
+        }
+        sent_at = time.time()
+        response = http.post(f"{url}/api/v1/relay_tool", json=payload, timeout=WAIT_SECONDS + 30)
+        received_at = time.time()
+        result = response.json()
+        if result.get("status") != "done":
+            raise RuntimeError(f"send {number} did not finish: {result}")
+        timings.append(SendTiming(result["message_id"], sent_at, received_at))
+    return timings[warm_up:]
+
+
+def figures(data_dir: Path, timings: list[SendTiming]) -> WakeFigures:
+    """Pair each send with its prompt's `completed_at` from the database."""
+    open_database(Config(data_dir=data_dir))
+    with database.connection_context():
+        rows = Message.select(Message.id, Message.completed_at).where(
+            Message.id.in_([timing.message_id for timing in timings])
+        )
+        completed = {row.id: row.completed_at.replace(tzinfo=UTC).timestamp() for row in rows}
+    return WakeFigures(
+        wake_ms=[(t.received_at - completed[t.message_id]) * 1000 for t in timings],
+        round_trip_ms=[(t.received_at - t.sent_at) * 1000 for t in timings],
+    )
