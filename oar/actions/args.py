@@ -17,7 +17,12 @@ from oar.errors import invalid
 
 
 def is_empty(value: Any) -> bool:
-    return value is None or value is False or value == "" or value == [] or value == {}
+    return value is None or value is False or _blank(value) or value == [] or value == {}
+
+
+def _blank(value: Any) -> bool:
+    """Text with nothing but white space counts as not given, like the empty string."""
+    return isinstance(value, str) and not value.strip()
 
 
 def check_arguments(spec: ActionSpec, payload: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -64,7 +69,7 @@ def check_fields(
     args: dict[str, Any] = {}
     for field_name, param in params.items():
         value = raw.get(field_name)
-        if value is None or (value is False and param.kind != "bool") or value in ("", [], {}):
+        if value is None or (value is False and param.kind != "bool") or _blank(value) or value in ([], {}):
             if param.required:
                 raise invalid(f"{name} needs {field_name}{_hint(param)}. {nothing}".strip())
             continue
