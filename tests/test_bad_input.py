@@ -377,7 +377,7 @@ def _action_cases() -> list[Case]:
         case(us, "auto_compact_window-fraction", INVALID, {"auto_compact_window": 2500.5}, says="auto_compact_window"),
         case(us, "auto_compact_window-true", INVALID, {"auto_compact_window": True}, says="auto_compact_window"),
         case(us, "auto_compact_window-list", INVALID, {"auto_compact_window": [2000]}, says="auto_compact_window"),
-        case(us, "title-blank", INVALID, {"title": "   "}, says="title cannot be blank"),
+        case(us, "title-blank", INVALID, {"title": "   "}, says="update_session needs at least one setting"),
         case(us, "title-too-long", INVALID, {"title": "t" * 201}, says="the limit is 200"),
         case(us, "model-unknown", "REMOTE_RELAY_UNKNOWN_MODEL", {"model": "gpt-9"}, says="Unknown model 'gpt-9'"),
         case(us, "effort-unknown", INVALID, {"effort": "extreme"}, says="Unknown effort 'extreme'"),

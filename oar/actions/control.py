@@ -75,8 +75,6 @@ def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     if "mode" in args:
         wanted["mode"] = args["mode"]
     if "title" in args:
-        if not args["title"].strip():
-            raise invalid("update_session: title cannot be blank. " + UPDATE_NOTHING)
         wanted["title"] = args["title"].strip()
     group_change = _group_change(ctx, target, args.get("group"))
     if "cwd" in args:
