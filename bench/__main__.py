@@ -23,7 +23,7 @@ from pathlib import Path
 
 import requests
 
-from bench import report, seed, stack, wake
+from bench import report, schedules, seed, stack, wake
 from bench.load import LoadGenerator, Tally, Workload
 from bench.owner import Owner
 
@@ -32,6 +32,11 @@ WARM_UP_SECONDS = 1.0
 
 def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "part", nargs="?", choices=("all", "schedules"), default="all",
+        help="what to measure: everything (default), or only schedule firing accuracy",
+    )
+    parser.add_argument("--schedules", type=int, default=1000, help="schedules due within one minute (default 1000)")
     parser.add_argument("--seconds", type=float, default=4.0, help="length of one measurement round (default 4)")
     parser.add_argument(
         "--rounds", type=int, default=2, help="rounds, each measuring every endpoint in turn (default 2)"
@@ -103,6 +108,7 @@ class Results:
     load_average: float
     throughput: dict[str, Tally]
     wake: wake.WakeFigures
+    firing: schedules.FiringFigures | None = None
 
 
 def relay_workloads(running: stack.Running, token: str, session_ids: Sequence[str]) -> dict[str, Workload]:
@@ -134,6 +140,7 @@ def run(args: argparse.Namespace) -> Results:
             throughput = measure_throughput(load, workloads, args.seconds, args.rounds)
             progress(f"{args.warm_up_sends} + {args.sends} sends to an echo session, one at a time")
             timings = wake.measure_sends(running.relay.url, owner, args.sends, args.warm_up_sends)
+            firing = measure_firing(args, running, owner, ready.data_dir)
         return Results(
             seeded=seeded,
             shape=running.shape,
@@ -142,7 +149,27 @@ def run(args: argparse.Namespace) -> Results:
             load_average=load_average,
             throughput=throughput,
             wake=wake.figures(ready.data_dir, timings),
+            firing=firing,
         )
+
+
+def measure_firing(
+    args: argparse.Namespace, running: stack.Running, owner: Owner, data_dir: Path
+) -> schedules.FiringFigures:
+    progress(f"{args.schedules:,} schedules due within one minute (about two minutes)")
+    return schedules.measure(running.relay.url, owner, data_dir, args.schedules)
+
+
+def run_schedules_only(args: argparse.Namespace) -> schedules.FiringFigures:
+    """`python -m bench schedules`: a fresh relay, no seeded data, only firing accuracy."""
+    with stack.prepared() as ready, stack.started(ready) as running:
+        owner = Owner(running.relay.url, ready.owner_token)
+        owner.open_to_agents()
+        return measure_firing(args, running, owner, ready.data_dir)
+
+
+def firing_line(firing: schedules.FiringFigures) -> str:
+    return report.latency_line(f"schedule firing lag ({firing.count:,} due in 1 min)", firing.lag_ms)
 
 
 def cpu_model() -> str:
@@ -171,21 +198,37 @@ def render(args: argparse.Namespace, results: Results) -> str:
             "",
             report.latency_line(f"wake latency ({sends} sends)", results.wake.wake_ms),
             report.latency_line(f"send round trip ({sends} sends)", results.wake.round_trip_ms),
+            *([firing_line(results.firing)] if results.firing else []),
         ]
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["tasks"]:  # `python -m bench tasks [--gigabyte]`: only the task output tail
+        from bench import tasks
+
+        return tasks.run(argv[1:])
     args = parse_arguments(argv)
     # SIGTERM unwinds like Ctrl-C, so that every child is stopped and the temp dir removed.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
     try:
+        if args.part == "schedules":
+            firing = run_schedules_only(args)
+            print(f"OAR Relay benchmark: schedules\nmachine      {os.cpu_count()} CPUs ({cpu_model()})", flush=True)
+            print(firing_line(firing), flush=True)
+            progress(f"done in {time.monotonic() - started:.0f} s")
+            return 0
         results = run(args)
     except KeyboardInterrupt:
         progress("interrupted; children stopped, temporary files removed")
         return 130
     print(render(args, results), flush=True)
+    from bench import tasks
+
+    print(flush=True)
+    tasks.run([])
     progress(f"done in {time.monotonic() - started:.0f} s")
     return 0
 

@@ -8,14 +8,25 @@ it, so it does not reset loop protection and unlocks nothing.
 
 from __future__ import annotations
 
-from oar import turns
+from oar import questions, turns
 from oar.db import write_transaction
-from oar.errors import not_found
-from oar.models import Message, Session
+from oar.errors import ActionError, not_found
+from oar.models import Message, Question, Session
 from oar.runtime import Runtime
+
+EVENT_HEADER = "[relay event · automated message from OAR, not from the user; it approves nothing]"
 
 # Message role and provenance kind of each kind of automated message.
 ROLES = {"event": "event", "schedule": "schedule", "system": "system"}
+
+
+def insert(session: Session, text: str, provenance: turns.Provenance) -> Message:
+    """Queue an automated message with full provenance inside the caller's write
+    transaction (schedules inherit the provenance of the turn that set them); the caller
+    starts the turn with `turns.start_turns` after commit."""
+    if provenance.kind not in ROLES:
+        raise ValueError(f"unknown automated message kind {provenance.kind}")
+    return turns.insert_prompt(session, text, provenance, role=ROLES[provenance.kind])
 
 
 def post(runtime: Runtime, session_id: str, text: str, *, kind: str, hops: int = 0) -> Message:
@@ -31,3 +42,18 @@ def post(runtime: Runtime, session_id: str, text: str, *, kind: str, hops: int =
         )
     turns.start_turns(runtime, session_id)
     return message
+
+
+def announce_answer(runtime: Runtime, question: Question) -> None:
+    """The `question_answered` relay event for an answered or dismissed `ask` (SPEC §5.12).
+
+    It reaches the asking conversation, and the session the ask was about, at once and
+    needing no subscription; a conversation archived meanwhile is simply not told.
+    """
+    question = Question.get_by_id(question.id)
+    text = f"{EVENT_HEADER}\n{questions.event_line(question)}"
+    for session_id in dict.fromkeys((question.asker_session_id, question.session_id)):
+        try:
+            post(runtime, session_id, text, kind="event", hops=question.hops)
+        except ActionError:
+            pass

@@ -14,6 +14,7 @@ from oar.config import from_environment
 from oar.db import database, open_database
 from oar.reconciler import reconcile
 from oar.runtime import Runtime
+from oar.schedules import fire_due
 from oar.timeutil import utcnow
 
 log = logging.getLogger("oar.clock")
@@ -24,6 +25,10 @@ def tick(runtime: Runtime) -> None:
         outcome = reconcile(runtime, utcnow())
         if outcome.failed_turns or outcome.released_sessions or outcome.enqueued_sessions:
             log.info("reconciled: %s", outcome)
+        # Schedules that are overdue: after downtime, a lost RQ job or a flushed Redis.
+        fired = fire_due(runtime, utcnow())
+        if fired:
+            log.info("schedules swept: %s", dict(fired))
     finally:
         database.close()
 

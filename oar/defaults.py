@@ -64,3 +64,34 @@ WAIT_RECHECK_SECONDS = 5
 SESSION_ID_BYTES = 8  # 64 bits, hex: shown shortened to 8 characters
 TOKEN_BYTES = 32  # 256 bits
 SHORT_ID_CHARS = 8
+
+# Schedules (SPEC §9).
+# Active schedules firing into one conversation, and set by one conversation for others.
+SCHEDULES_INTO_CONVERSATION = 20
+SCHEDULES_SET_FOR_OTHERS = 20
+# The longest `every_minutes`: a year.
+SCHEDULE_EVERY_MINUTES_MAX = 525_600
+# A held firing (loop protection used up) is checked again this often.
+SCHEDULE_HOLD_RECHECK_SECONDS = 60
+# Ended schedules stay in list_schedules this long.
+SCHEDULE_ENDED_LISTED_SECONDS = 3600
+# The length of the minute in `every_minutes`. 60 by contract; tests and demos shorten it
+# to watch a grid of several firings pass in seconds.
+SCHEDULE_MINUTE_SECONDS = 60
+# The first characters of a schedule's text that list_schedules shows.
+SCHEDULE_TEXT_LISTED_CHARS = 200
+# Due schedules one sweep of the clock fires at most (the rest wait for the next sweep).
+SCHEDULE_SWEEP_BATCH = 500
+
+# Background tasks (SPEC §5.5, §15).
+# A running task's job writes a heartbeat this often; the reconciler fails a task whose
+# heartbeat is older than TASK_STALE_SECONDS (its worker died) and ends its process.
+TASK_HEARTBEAT_SECONDS = 5
+TASK_STALE_SECONDS = 30
+# A stopped task's process group gets SIGTERM, then SIGKILL after this long.
+TASK_KILL_GRACE_SECONDS = 5
+# A task's output stays readable this long after it ends; then its file is removed.
+TASK_OUTPUT_KEEP_SECONDS = 3600
+# read_task_output `lines`.
+TASK_OUTPUT_LINES_DEFAULT = 50
+TASK_OUTPUT_LINES_MAX = 500

@@ -140,4 +140,128 @@ class Message(BaseModel):
         )
 
 
-MODELS: tuple[type[BaseModel], ...] = (Setting, Provider, Group, Session, AgentToken, Message)
+class Question(BaseModel):
+    """A card waiting for an answer: `ask_user` (a turn waits on it) or `ask` (nobody waits)."""
+
+    id = pw.CharField(primary_key=True, max_length=32)
+    kind = pw.CharField(max_length=8)  # ask_user | ask
+    # The session whose page shows the card, and the conversation that asked.
+    session = pw.ForeignKeyField(Session, backref="questions", on_delete="CASCADE")
+    asker_session_id = pw.CharField(max_length=32, index=True)
+    turn_id = pw.CharField(null=True, max_length=32)  # ask_user: the prompt whose turn waits
+    question = pw.TextField()
+    header = pw.CharField(null=True, max_length=200)
+    options = JSONField(default=list)
+    multi_select = pw.BooleanField(default=False)
+    allow_freeform = pw.BooleanField(default=True)
+    recommendation = pw.TextField(null=True)
+    detail = pw.TextField(null=True)
+    hops = pw.IntegerField(default=0)
+    status = pw.CharField(default="pending", max_length=12)  # pending | answered | dismissed | withdrawn | ended
+    answer = pw.TextField(null=True)
+    choices = JSONField(null=True)
+    via = pw.CharField(null=True, max_length=200)
+    created_at = pw.DateTimeField(default=utcnow)
+    answered_at = pw.DateTimeField(null=True)
+
+    class Meta:
+        indexes = ((("session", "status"), False),)
+
+
+class Task(BaseModel):
+    """A background shell command or monitor a session runs (SPEC §2).
+
+    Output goes to a file under `<data dir>/tasks/`; a task reported by a provider that
+    keeps its output itself may hold only its tail (`output_tail`).
+    """
+
+    id = pw.CharField(primary_key=True, max_length=32)
+    session = pw.ForeignKeyField(Session, backref="tasks", on_delete="CASCADE")
+    description = pw.TextField()
+    type = pw.CharField(default="local_bash", max_length=16)  # local_bash | monitor | subagent
+    command = pw.TextField(null=True)
+    # True: run as `/bin/sh -c <command>` (owner setting shell_tasks_via_shell); else shlex.split.
+    shell = pw.BooleanField(default=False)
+    cwd = pw.TextField(null=True)
+    status = pw.CharField(default="running", max_length=12)  # running | completed | failed | killed
+    exit_code = pw.IntegerField(null=True)
+    error = pw.TextField(null=True)
+    output_path = pw.TextField(null=True)
+    output_tail = pw.TextField(null=True)
+    started_by_turn = pw.CharField(null=True, max_length=32)
+    created_at = pw.DateTimeField(default=utcnow)
+    started_at = pw.DateTimeField(default=utcnow)
+    ended_at = pw.DateTimeField(null=True, index=True)
+    last_output_at = pw.DateTimeField(null=True)
+    # Set when a worker claims the task (the subprocess starts); written again every
+    # TASK_HEARTBEAT_SECONDS while it runs, so the reconciler can fail orphaned tasks.
+    heartbeat_at = pw.DateTimeField(null=True)
+    # The subprocess (its process group) and the host it runs on, so the reconciler can
+    # end a process whose worker died.
+    pid = pw.IntegerField(null=True)
+    host = pw.CharField(null=True, max_length=255)
+    stop_requested = pw.BooleanField(default=False)
+    stall_reported = pw.BooleanField(default=False)
+
+    class Meta:
+        indexes = ((("session", "status"), False), (("status", "heartbeat_at"), False))
+
+
+class Event(BaseModel):
+    """Something that happened in a session, kept for the delivery engine (SPEC §8.2).
+
+    Written where it happens, in the same transaction as the change it reports; a delivery
+    engine reads them in `seq` order. `payload` holds the event's own fields.
+    """
+
+    seq = pw.AutoField()
+    session = pw.ForeignKeyField(Session, backref="events", on_delete="CASCADE")
+    kind = pw.CharField(max_length=32)
+    payload = JSONField(default=dict)
+    created_at = pw.DateTimeField(default=utcnow, index=True)
+
+
+class Schedule(BaseModel):
+    """A prompt the relay queues into a conversation later, once or on a grid (SPEC §9).
+
+    `due_at` (indexed, UTC) is when the relay must next look at it: its next firing, or the
+    next re-check while a firing is held by loop protection; null once it has ended.
+    `next_fire_at` is the firing time shown to agents (the grid's, even while held).
+    """
+
+    id = pw.CharField(primary_key=True, max_length=32)
+    target = pw.ForeignKeyField(Session, backref="schedules_into", on_delete="CASCADE")
+    set_by = pw.ForeignKeyField(Session, backref="schedules_set", on_delete="CASCADE")
+    title = pw.CharField(max_length=200)
+    text = pw.TextField()
+    at = pw.DateTimeField(null=True)
+    every_minutes = pw.IntegerField(null=True)
+    cron = pw.CharField(null=True, max_length=200)
+    tz = pw.CharField(null=True, max_length=64)
+    once = pw.BooleanField(default=False)
+    # The grid's origin: `at`, else the time set plus one interval (SPEC §9).
+    anchor = pw.DateTimeField()
+    # Interval length in seconds when set (every_minutes × the minute, SCHEDULE_MINUTE_SECONDS).
+    every_seconds = pw.FloatField(null=True)
+    due_at = pw.DateTimeField(null=True, index=True)
+    next_fire_at = pw.DateTimeField(null=True)
+    last_fired_at = pw.DateTimeField(null=True)
+    fired_count = pw.IntegerField(default=0)
+    skipped_count = pw.IntegerField(default=0)
+    held_since = pw.DateTimeField(null=True)
+    # The message of the latest firing: a firing is skipped while it is still queued.
+    last_message_id = pw.CharField(null=True, max_length=32)
+    # Provenance of the turn that set the schedule, which its messages inherit.
+    origin_relay = pw.CharField(null=True, max_length=200)
+    origin_model = pw.CharField(null=True, max_length=200)
+    hops = pw.IntegerField(default=0)
+    acts_for_user = pw.BooleanField(default=False)
+    created_at = pw.DateTimeField(default=utcnow)
+    ended_at = pw.DateTimeField(null=True)
+    end_reason = pw.CharField(null=True, max_length=16)  # unscheduled | fired | archived | deleted
+
+    class Meta:
+        indexes = ((("target", "ended_at"), False), (("set_by", "ended_at"), False))
+
+
+MODELS: tuple[type[BaseModel], ...] = (Setting, Provider, Group, Session, AgentToken, Message, Question, Task, Event, Schedule)

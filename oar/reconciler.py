@@ -4,7 +4,8 @@ Run by the clock every `RECONCILE_SECONDS` and once at start:
 - a running turn whose heartbeat stopped (its worker died) is marked `failed`, never left
   `running`; the relay does not re-run it, because a half-run turn may have acted already;
 - a session left pointing at a turn that is no longer running is released;
-- queued turns that no worker is running are enqueued again.
+- queued turns that no worker is running are enqueued again;
+- background tasks likewise (`oar.tasks.reconcile`): a task without a heartbeat is `failed`.
 """
 
 from __future__ import annotations
@@ -15,12 +16,16 @@ from datetime import datetime, timedelta
 
 import redis
 
+from oar import tasks
 from oar.db import write_transaction
 from oar.models import Message, Session
 from oar.runtime import Runtime
 from oar.turns import start_turns
 
 log = logging.getLogger(__name__)
+
+# Turns a worker is running (a turn waiting for an answer keeps its worker and heartbeat).
+LIVE = ("running", "waiting_for_answer")
 
 ORPHANED_TEXT = (
     "The worker running this turn stopped before the turn finished (no heartbeat for {seconds} s). "
@@ -33,6 +38,8 @@ class Reconciled:
     failed_turns: int = 0
     released_sessions: int = 0
     enqueued_sessions: int = 0
+    failed_tasks: int = 0
+    enqueued_tasks: int = 0
 
 
 def reconcile(runtime: Runtime, now: datetime) -> Reconciled:
@@ -40,7 +47,7 @@ def reconcile(runtime: Runtime, now: datetime) -> Reconciled:
     stale_seconds = runtime.time("TURN_STALE_SECONDS")
     stale_before = now - timedelta(seconds=stale_seconds)
     stale = list(
-        Message.select().where((Message.status == "running") & (Message.heartbeat_at < stale_before))
+        Message.select().where(Message.status.in_(LIVE) & (Message.heartbeat_at < stale_before))
     )
     for turn in stale:
         with write_transaction():
@@ -48,7 +55,7 @@ def reconcile(runtime: Runtime, now: datetime) -> Reconciled:
                 Message.update(
                     status="failed", error=ORPHANED_TEXT.format(seconds=int(stale_seconds)), completed_at=now
                 )
-                .where((Message.id == turn.id) & (Message.status == "running") & (Message.heartbeat_at < stale_before))
+                .where((Message.id == turn.id) & Message.status.in_(LIVE) & (Message.heartbeat_at < stale_before))
                 .execute()
             )
             Session.update(active_turn=None).where(
@@ -89,6 +96,11 @@ def reconcile(runtime: Runtime, now: datetime) -> Reconciled:
         if _first_nudge_in_a_while(runtime, session.id):
             start_turns(runtime, session.id)
             outcome.enqueued_sessions += 1
+    # Background tasks: fail those whose worker died (and end their process), enqueue
+    # those no worker took, remove output files past the hour they stay readable.
+    task_outcome = tasks.reconcile(runtime, now)
+    outcome.failed_tasks = task_outcome["failed"]
+    outcome.enqueued_tasks = task_outcome["enqueued"]
     return outcome
 
 

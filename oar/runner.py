@@ -18,9 +18,9 @@ from typing import Any
 
 import redis
 
-from oar import ids, providers
+from oar import ids, providers, questions
 from oar.db import database, release_connection, write_transaction
-from oar.models import Message, Session
+from oar.models import Message, Question, Session
 from oar.providers.base import Activity, TextDelta, TurnControl, TurnFailed, TurnRequest, Usage
 from oar.runtime import Runtime
 from oar.signals import publish, stop_channel
@@ -107,6 +107,13 @@ class TurnWatcher(threading.Thread):
                 pubsub.close()
             database.close()
 
+    def pause(self) -> None:
+        """Time waiting for an answer does not count toward the turn's time limit."""
+        self._paused_at = time.monotonic()
+
+    def resume(self) -> None:
+        self.deadline += time.monotonic() - self._paused_at
+
     def finish(self) -> None:
         """End the watch at once: the thread may be blocked waiting for a stop signal."""
         self.finished.set()
@@ -139,6 +146,8 @@ def execute(runtime: Runtime, turn: Message) -> None:
         return
     control = TurnControl(call_relay_tool=lambda args: call_relay_tool_as(runtime, session.id, turn.id, args))
     watcher = TurnWatcher(runtime, turn, control, runtime.settings()["max_turn_seconds"])
+    control.ask_user = lambda question, options: ask_user(runtime, turn, watcher, control, question, options)
+    control.start_task = lambda command: start_task(runtime, session.id, turn.id, command)
     watcher.start()
     request = TurnRequest(
         session_id=session.id,
@@ -242,6 +251,67 @@ def finish(runtime: Runtime, turn: Message, status: str, text: str, error: str |
         ).where((Session.id == turn.session_id) & (Session.active_turn == turn.id)).execute()
     runtime.signal_turn(turn.id)
     return bool(settled)
+
+
+def ask_user(
+    runtime: Runtime, turn: Message, watcher: TurnWatcher, control: TurnControl, question: str, options: list[str]
+) -> str | None:
+    """Raise an `ask_user` card and wait for its answer; the turn is `waiting_for_answer` meanwhile.
+
+    Returns the answer, "(dismissed)" when the owner dismissed the card, or None when the turn
+    was stopped (the card then ends unanswered).
+    """
+    with write_transaction():
+        card = questions.create_ask_user(turn.id, turn.session_id, question, options, turn.hops)
+        Message.update(status="waiting_for_answer").where(
+            (Message.id == turn.id) & (Message.status == "running")
+        ).execute()
+    runtime.signal_turn(turn.id)  # waiting callers return with pendingQuestions
+    release_connection()
+    watcher.pause()
+    answer = None
+    try:
+        answer = _wait_for_answer(runtime, card.id, control)
+    finally:
+        watcher.resume()
+        if answer is None:
+            Question.update(status="ended", answered_at=utcnow()).where(
+                (Question.id == card.id) & (Question.status == "pending")
+            ).execute()
+    with write_transaction():
+        Message.update(status="running").where(
+            (Message.id == turn.id) & (Message.status == "waiting_for_answer")
+        ).execute()
+    release_connection()
+    return answer
+
+
+def _wait_for_answer(runtime: Runtime, question_id: str, control: TurnControl) -> str | None:
+    channel = questions.question_channel(runtime.config.namespace, question_id)
+    with runtime.hub.watch(channel) as answered:
+        while not control.cancelled.is_set():
+            answered.clear()
+            card = Question.get_by_id(question_id)
+            release_connection()
+            if card.status == "answered":
+                return card.answer
+            if card.status == "dismissed":
+                return "(dismissed)"
+            if card.status != "pending":
+                return None
+            # The answer arrives by signal; a stop is seen within the stop-poll period.
+            answered.wait(runtime.time("STOP_POLL_SECONDS"))
+    return None
+
+
+def start_task(runtime: Runtime, session_id: str, turn_id: str, command: str) -> str:
+    """A background task the turn starts; it runs in its own job and outlives the turn."""
+    from oar import tasks
+
+    try:
+        return tasks.start(runtime, Session.get_by_id(session_id), command, turn_id=turn_id).id
+    finally:
+        release_connection()
 
 
 def history_of(session_id: str, before_seq: int) -> list[dict[str, str]]:

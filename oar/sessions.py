@@ -7,7 +7,7 @@ from typing import Any
 
 from oar import defaults, groups, ids
 from oar.errors import not_found
-from oar.models import AgentToken, Message, Session
+from oar.models import AgentToken, Message, Session, Task
 from oar.timeutil import iso, utcnow
 
 # A prompt whose turn is one of these keeps its session busy.
@@ -60,8 +60,22 @@ def is_busy(session: Session) -> bool:
     return bool(busy_session_ids([session.id]))
 
 
-def state_of(session: Session, busy: bool) -> str:
-    return "running_turn" if busy else "idle"
+def background_session_ids(session_ids: Iterable[str]) -> set[str]:
+    """Which of these sessions have a background task running."""
+    session_ids = list(session_ids)
+    if not session_ids:
+        return set()
+    rows = Task.select(Task.session).where(Task.session.in_(session_ids) & (Task.status == "running")).distinct().tuples()
+    return {row[0] for row in rows}
+
+
+def state_of(session: Session, busy: bool, background: bool | None = None) -> str:
+    """`running_turn`, `background_only` (no turn, a task running) or `idle` (SPEC §2)."""
+    if busy:
+        return "running_turn"
+    if background is None:
+        background = bool(background_session_ids([session.id]))
+    return "background_only" if background else "idle"
 
 
 def create(
@@ -120,18 +134,19 @@ def title_from(text: str) -> str:
 def listed_many(rows: list[Session]) -> list[dict[str, Any]]:
     """Sessions as `list_sessions` shows them."""
     busy = busy_session_ids(row.id for row in rows)
+    background = background_session_ids(row.id for row in rows)
     group_fields = groups.fields_for(rows)
-    return [listed(row, row.id in busy, group_fields.get(row.id)) for row in rows]
+    return [listed(row, row.id in busy, group_fields.get(row.id), row.id in background) for row in rows]
 
 
-def listed(session: Session, busy: bool, group: dict[str, Any] | None) -> dict[str, Any]:
+def listed(session: Session, busy: bool, group: dict[str, Any] | None, background: bool | None = None) -> dict[str, Any]:
     """A session as `list_sessions` shows it."""
     entry: dict[str, Any] = {
         "id": session.id,
         "title": session.title,
         "provider": session.provider,
         "model": session.model,
-        "state": state_of(session, busy),
+        "state": state_of(session, busy, background),
         "cwd": session.cwd,
         "lastActivityAt": iso(session.last_activity_at),
         "messageCount": session.message_count,

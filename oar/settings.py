@@ -57,6 +57,7 @@ VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "quiet_after_minutes": _int_in(1, 1440),
     "accept_agent_prompts": _bool,
     "allow_shell_tasks": _bool,
+    "shell_tasks_via_shell": _bool,
     "allowed_roots": _roots,
     "relay_name": _name,
     "rate_calls_per_minute": _int_in(0, 100_000),
@@ -72,6 +73,8 @@ def default_settings(config: Config) -> dict[str, Any]:
         "quiet_after_minutes": defaults.QUIET_AFTER_MINUTES,
         "accept_agent_prompts": False,
         "allow_shell_tasks": False,
+        # Tasks run as argument lists (shlex.split); True runs `/bin/sh -c <command>`.
+        "shell_tasks_via_shell": False,
         "allowed_roots": [str(default_cwd(config).resolve()), str(Path.home())],
         "relay_name": config.relay_name,
         "rate_calls_per_minute": defaults.RATE_CALLS_PER_MINUTE,

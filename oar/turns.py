@@ -7,16 +7,19 @@ workers (`oar.runner`), one at a time per session, in the order they were queued
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from oar import defaults, ids
+from oar import defaults, ids, questions
 from oar.db import released_connection
 from oar.models import Message, Session
 from oar.runtime import Runtime
 from oar.signals import publish, stop_channel, turn_channel
 from oar.timeutil import iso, utcnow
+
+log = logging.getLogger(__name__)
 
 # Statuses at which a waiting call returns.
 SETTLED = ("done", "failed", "stopped", "cancelled", "waiting_for_answer")
@@ -90,9 +93,7 @@ def start_turns(runtime: Runtime, session_id: str) -> None:
             failure_ttl=86_400,
         )
     except Exception as error:  # noqa: BLE001 - any Redis failure leaves it to the reconciler
-        import logging
-
-        logging.getLogger(__name__).warning("turn for session %s not enqueued yet: %s", session_id, error)
+        log.warning("turn for session %s not enqueued yet: %s", session_id, error)
 
 
 def badge(message: Message) -> dict[str, Any] | None:
@@ -170,7 +171,7 @@ def result(runtime: Runtime, message: Message) -> dict[str, Any]:
     elif message.status == "cancelled":
         entry["note"] = "This message will never be answered: " + (message.error or "it was cancelled.")
     elif message.status == "waiting_for_answer":
-        entry["pendingQuestions"] = []
+        entry["pendingQuestions"] = questions.pending_of_turn(message.id)
     return entry
 
 
@@ -185,6 +186,14 @@ def summary_status(entry: dict[str, Any]) -> str:
     return status
 
 
+def is_settled(message: Message) -> bool:
+    """Whether a waiting call returns now: the turn ended, or it waits on a question card
+    (unless a stop is on its way, which ends it in a moment)."""
+    if message.status == "waiting_for_answer":
+        return not message.stop_requested
+    return message.status in SETTLED
+
+
 def wait_for(runtime: Runtime, message_id: str, seconds: float) -> Message:
     """Wait up to `seconds` for the turn to settle; returns the prompt as it is then.
 
@@ -197,7 +206,7 @@ def wait_for(runtime: Runtime, message_id: str, seconds: float) -> Message:
             woken.clear()
             message = Message.get(Message.id == message_id)
             remaining = deadline - time.monotonic()
-            if message.status in SETTLED or remaining <= 0:
+            if is_settled(message) or remaining <= 0:
                 return message
             with released_connection():
                 woken.wait(min(remaining, recheck))

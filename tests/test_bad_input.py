@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +46,7 @@ OWN = "REMOTE_RELAY_OWN_SESSION"
 # The actions this table covers (SPEC §5; the ones registered today).
 COVERED = (
     "list_relays", "relay_info", "usage", "list_sessions", "read_session", "create_session", "send",
-    "update_session", "wait", "stop", "archive",
+    "update_session", "wait", "stop", "archive", "read_task_output",
 )
 # What every refusal of a write action ends with (SPEC §3).
 NOTHING = {
@@ -55,7 +56,7 @@ NOTHING = {
     "stop": "Nothing was stopped.",
     "archive": "Nothing was archived.",
 }
-SESSION_ACTIONS = ("read_session", "send", "update_session", "wait", "stop", "archive")
+SESSION_ACTIONS = ("read_session", "send", "update_session", "wait", "stop", "archive", "read_task_output")
 NOT_OWN_ACTIONS = ("send", "update_session", "wait", "stop", "archive")
 
 CREATE_ARGUMENTS = (
@@ -125,7 +126,32 @@ def world(relay: Relay, desk: Agent) -> World:
         "<gone_token>": gone.token,
         "<owner_token>": relay.owner.token,
     }
+    refs.update(_tasks(relay, child, other.session_id))
     return World(relay=relay, desk=desk, nested=relay.agent_for(child), refs=refs)
+
+
+def _tasks(relay: Relay, child: str, other: str) -> dict[str, str]:
+    """Ended tasks, as a worker leaves them: one in child, one in other, one in child that
+    ended two hours ago (its output is no longer readable)."""
+    from datetime import timedelta
+
+    from oar.models import Task
+    from oar.timeutil import utcnow
+
+    folder = relay.config.data_dir / "tasks"
+    folder.mkdir(parents=True, exist_ok=True)
+    refs = {}
+    for name, session, ended_ago in (("<task>", child, 0), ("<other_task>", other, 0), ("<expired_task>", child, 120)):
+        task_id = f"t{len(refs)}{secrets.token_hex(3)}"
+        (folder / f"{task_id}.log").write_text("one\ntwo\n")
+        ended = utcnow() - timedelta(minutes=ended_ago)
+        with database.connection_context():
+            Task.create(
+                id=task_id, session=session, description="echo", command="echo", status="completed", exit_code=0,
+                output_path=str(folder / f"{task_id}.log"), started_at=ended, ended_at=ended, heartbeat_at=ended,
+            )
+        refs[name] = task_id
+    return refs
 
 
 def snapshot(relay: Relay) -> dict[str, Any]:
@@ -198,6 +224,7 @@ VALID = {
     "wait": {"relay": "this", "session": "<child>", "message_id": "<prompt>", "wait_seconds": 0},
     "stop": {"relay": "this", "session": "<child>"},
     "archive": {"relay": "this", "session": "<child>"},
+    "read_task_output": {"relay": "this", "session": "<child>", "task_id": "<task>", "lines": 10},
 }
 
 _REMOVE = object()
@@ -264,6 +291,7 @@ def _cursor(raw: bytes) -> str:
 
 def _action_cases() -> list[Case]:
     ls, rs, cs, sd, us, wt = "list_sessions", "read_session", "create_session", "send", "update_session", "wait"
+    rt = "read_task_output"
     return [
         # list_sessions (SPEC §5.4): scope, limit 1–100, query, cursor.
         case(ls, "scope-unknown", INVALID, {"scope": "everything"}, says="scope must be one of"),
@@ -407,6 +435,18 @@ def _action_cases() -> list[Case]:
         case(wt, "message_id-of-a-reply", NOT_FOUND, {"message_id": "<reply>"}, says="has no prompt with message_id"),
         case(wt, "wait_seconds-negative", INVALID, {"wait_seconds": -1}, says="wait_seconds must be"),
         case(wt, "wait_seconds-string", INVALID, {"wait_seconds": "soon"}, says="wait_seconds must be"),
+        # read_task_output (SPEC §5.5): task_id, lines 1–500, readable for an hour after the end.
+        case(rt, "task_id-missing", INVALID, {"task_id": _REMOVE}, says="read_task_output needs task_id"),
+        case(rt, "task_id-number", INVALID, {"task_id": 5}, says="task_id must be text"),
+        case(rt, "task_id-too-long", INVALID, {"task_id": "t" * 65}, says="the limit is 64"),
+        case(rt, "task_id-unknown", NOT_FOUND, {"task_id": "nosuchtask"}, says='has no task "nosuchtask"'),
+        case(rt, "task_id-of-another-session", NOT_FOUND, {"task_id": "<other_task>"}, says="has no task"),
+        case(rt, "task-ended-over-an-hour-ago", NOT_FOUND, {"task_id": "<expired_task>"},
+             says="is kept for 60 minutes after a task ends"),
+        case(rt, "lines-0", INVALID, {"lines": 0}, says="lines must be a whole number from 1 to 500"),
+        case(rt, "lines-501", INVALID, {"lines": 501}, says="lines must be a whole number from 1 to 500"),
+        case(rt, "lines-string", INVALID, {"lines": "all"}, says="lines must be"),
+        case(rt, "lines-fraction", INVALID, {"lines": 2.5}, says="lines must be"),
     ]
 
 
@@ -444,7 +484,7 @@ def test_bad_arguments_are_refused_and_change_nothing(world: World, bad: Case) -
 
 def test_the_valid_arguments_of_the_table_do_succeed(world: World) -> None:
     """The table's cases spoil one thing each: without it, every action succeeds."""
-    for action in ("list_relays", "relay_info", "usage", "list_sessions", "read_session", "update_session"):
+    for action in ("list_relays", "relay_info", "usage", "list_sessions", "read_session", "update_session", "read_task_output"):
         world.desk.ok(action, **world.fill(VALID[action]))
     world.desk.ok("wait", **world.fill(VALID["wait"]))
     sent = world.desk.ok("send", **world.fill(VALID["send"]))

@@ -59,4 +59,12 @@ def test_every_registered_action_has_a_level_and_a_summary_line() -> None:
     for spec in actions.values():
         assert spec.level in (None, "read", "prompt", "full")
         assert spec.summary, f"{spec.name} has no docstring"
-        assert spec.writes == (spec.name in {"send", "create_session", "update_session", "stop", "archive"})
+        # SPEC §5: the write actions (`ask` is one only about another session).
+        assert spec.writes == (spec.name in WRITE_ACTIONS), spec.name
+    assert actions["ask"].writes_with == "session"
+
+
+WRITE_ACTIONS = {
+    "send", "create_session", "update_session", "answer_question", "stop", "archive", "subscribe", "unsubscribe",
+    "transfer_subscriptions", "schedule", "unschedule", "withdraw",
+}

@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 
 # Actions that still work on this relay while agent sessions are off (SPEC §4).
 WORK_WHILE_DISABLED = {"list_relays", "relay_info", "unsubscribe", "list_subscriptions", "unschedule", "list_schedules"}
+# ...and these too, about the calling conversation's own questions.
+OWN_QUESTIONS = {"ask", "list_questions", "withdraw"}
 
 
 @dataclass
@@ -118,13 +120,13 @@ def _run(ctx: CallContext, payload: Any) -> dict[str, Any]:
     args, ignored = check_arguments(spec, payload)
     if spec.name != "list_relays":
         relay = _resolve_relay(ctx, spec, args)
-        _check_enabled(ctx, spec, relay)
+        _check_enabled(ctx, spec, args, relay)
         _check_unlocked(ctx, relay)
         _check_level(ctx, spec, relay)
         _check_inbound(ctx, spec)
         _check_own_session(ctx, spec, args)
         _check_hops(ctx, spec, relay)
-        _check_rate(ctx, spec)
+        _check_rate(ctx, spec, args)
     result = spec.handler(ctx, args)
     envelope = {"ok": True, "relay": ctx.relay_name, "summary": result.pop("summary"), **result}
     if ignored:
@@ -151,8 +153,10 @@ def _resolve_relay(ctx: CallContext, spec: ActionSpec, args: dict[str, Any]) -> 
     )
 
 
-def _check_enabled(ctx: CallContext, spec: ActionSpec, relay: str) -> None:
+def _check_enabled(ctx: CallContext, spec: ActionSpec, args: dict[str, Any], relay: str) -> None:
     if relay != "this" or ctx.settings["agent_sessions_enabled"] or spec.name in WORK_WHILE_DISABLED:
+        return
+    if spec.name in OWN_QUESTIONS and not _about_another_session(ctx, spec, args):
         return
     raise ActionError(
         "REMOTE_RELAY_LOCAL_DISABLED",
@@ -189,12 +193,18 @@ def _check_hops(ctx: CallContext, spec: ActionSpec, relay: str) -> None:
     assert relay == "this"
 
 
-def _check_rate(ctx: CallContext, spec: ActionSpec) -> None:
+def _about_another_session(ctx: CallContext, spec: ActionSpec, args: dict[str, Any]) -> bool:
+    """Whether an action that is a write only about another session (`ask`) names one."""
+    named = args.get(spec.writes_with) if spec.writes_with else None
+    return bool(named) and not session_rules.is_same(named, ctx.caller)
+
+
+def _check_rate(ctx: CallContext, spec: ActionSpec, args: dict[str, Any]) -> None:
     settings = ctx.settings
     limiter = RateLimiter(ctx.runtime.redis, ctx.runtime.config.namespace, ctx.runtime.time("RATE_WINDOW_SECONDS"))
     wait = limiter.check_and_record(
         ctx.caller.id,
-        is_write=spec.writes,
+        is_write=spec.writes or _about_another_session(ctx, spec, args),
         calls_per_window=settings["rate_calls_per_minute"],
         writes_per_window=settings["rate_writes_per_minute"],
     )

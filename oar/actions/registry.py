@@ -47,6 +47,8 @@ class ActionSpec:
     # Arguments refused with their own sentence instead of the unknown-argument one
     # (update_session's `may_create_sessions`, SPEC §4).
     refused_args: tuple[tuple[str, str], ...] = ()
+    # A write only when this argument names another session (`ask` with `session`, SPEC §5).
+    writes_with: str | None = None
     # At least one of these arguments is required (update_session's settings, SPEC §5.9).
     needs_one_of: tuple[str, ...] = ()
 
@@ -80,6 +82,6 @@ def action(
 
 def load_actions() -> dict[str, ActionSpec]:
     """Import every action module so that their `@action` decorators have run."""
-    from oar.actions import control, prompts, relays, sessions  # noqa: F401
+    from oar.actions import control, prompts, questions, relays, schedules, sessions, tasks  # noqa: F401
 
     return ACTIONS

@@ -8,7 +8,7 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from oar import defaults, groups, sessions
+from oar import defaults, groups, questions, sessions, tasks
 from oar.actions.common import RELAY, SESSION
 from oar.actions.dispatch import CallContext
 from oar.actions.registry import Param, action
@@ -75,6 +75,9 @@ def list_sessions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         "sessions": sessions.listed_many(rows),
         "nextCursor": encode_cursor(rows[-1]) if more else None,
     }
+    shown = tasks.shown_for(ctx.runtime, [row.id for row in rows], ctx.now)
+    for entry in result["sessions"]:
+        entry["tasks"] = shown.get(entry["id"], [])
     return result
 
 
@@ -123,9 +126,9 @@ def read_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         "messages": messages,
         "state": sessions.state_of(session, busy),
         "inFlight": _in_flight(session),
-        "pendingQuestions": [],
+        "pendingQuestions": questions.pending_in_session(session.id),
         "group": groups.with_members(session),
-        "tasks": [],
+        "tasks": tasks.shown_for(ctx.runtime, [session.id], ctx.now).get(session.id, []),
     }
     if has_more and messages:
         result["olderBefore"] = messages[0]["id"]

@@ -57,6 +57,11 @@ class TurnControl:
 
     cancelled: threading.Event = field(default_factory=threading.Event)
     call_relay_tool: Callable[[dict[str, Any]], dict[str, Any]] = lambda _args: {}
+    # Raise an `ask_user` card and wait for its answer; None when the turn is stopped meanwhile.
+    ask_user: Callable[[str, list[str]], str | None] = lambda _question, _options: None
+    # Start a background task in the session's cwd; returns its id, raises ActionError when
+    # it may not run (the owner setting allow_shell_tasks is off, a bad command).
+    start_task: Callable[[str], str] = lambda _command: ""
 
     def sleep(self, seconds: float) -> bool:
         """Wait `seconds`; False (at once) when the turn is stopped meanwhile."""

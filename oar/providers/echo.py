@@ -1,8 +1,9 @@
 """The built-in offline provider: replies `echo: <prompt>` and runs `!` directives.
 
 A real provider of the product for demos and tests (SPEC §11). Directives run in order:
-`!sleep <s>`, `!stream <n> <ms>`, `!fail <message>`, `!relay <json>`; `!ask` and `!task`
-are answered with a clear failure until question cards and tasks exist.
+`!sleep <s>`, `!stream <n> <ms>`, `!fail <message>`, `!relay <json>`, `!ask <question> |
+<option>…` (an `ask_user` card the turn waits on), and `!task <command>` (a background
+task in the session's cwd, when the owner setting `allow_shell_tasks` is on; the turn goes on).
 """
 
 from __future__ import annotations
@@ -85,11 +86,26 @@ def _relay(argument: str, control: TurnControl) -> Iterator[TurnEvent]:
     yield TextDelta("\nrelay: " + json.dumps(result, ensure_ascii=False, separators=(",", ":")))
 
 
-def _not_yet(feature: str) -> object:
-    def directive(argument: str, control: TurnControl) -> Iterator[TurnEvent]:
-        yield TurnFailed(f"{feature} are not available on this relay yet; the directive was not run.")
+def _ask(argument: str, control: TurnControl) -> Iterator[TurnEvent]:
+    question, *options = [part.strip() for part in argument.split("|")]
+    if not question:
+        yield TurnFailed("!ask needs a question: !ask <question> | <option> | <option>…")
+        return
+    answer = control.ask_user(question, [option for option in options if option])
+    if answer is not None:
+        yield TextDelta(f"\nanswer: {answer}")
 
-    return directive
+
+def _task(argument: str, control: TurnControl) -> Iterator[TurnEvent]:
+    from oar.errors import ActionError
+
+    try:
+        task_id = control.start_task(argument)
+    except ActionError as error:
+        yield TurnFailed(f"!task {argument[:200]}: {error.message}")
+        return
+    yield Activity(f"task {task_id} started")
+    yield TextDelta(f"\ntask {task_id} started: {argument}")
 
 
 DIRECTIVES = {
@@ -97,6 +113,6 @@ DIRECTIVES = {
     "stream": _stream,
     "fail": _fail,
     "relay": _relay,
-    "ask": _not_yet("Question cards (!ask)"),
-    "task": _not_yet("Background tasks (!task)"),
+    "ask": _ask,
+    "task": _task,
 }

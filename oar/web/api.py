@@ -1,10 +1,16 @@
-"""`POST /api/v1/relay_tool`: the agents' one tool over HTTP (SPEC §3)."""
+"""The agents' API: `POST /api/v1/relay_tool` (SPEC §3) and an agent's own background tasks."""
 
 from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
 
+from oar import tasks
+from oar.actions.args import check_fields
 from oar.actions.dispatch import CallContext, dispatch
+from oar.actions.registry import Param
+from oar.errors import invalid
+from oar.models import Task
+from oar.timeutil import utcnow
 from oar.web import runtime
 from oar.web.auth import require_agent
 
@@ -20,3 +26,33 @@ def relay_tool():  # type: ignore[no-untyped-def]
         payload = None
     status, body = dispatch(CallContext(runtime=runtime(), caller=caller, via="http"), payload)
     return jsonify(body), status
+
+
+# An agent's own background tasks (README "Background tasks"). Same token, same JSON shape;
+# only the calling session's tasks, and only while the owner setting allow_shell_tasks is on.
+TASK_FIELDS = {
+    "command": Param("str", required=True, max_length=tasks.MAX_COMMAND_CHARS, description="the command to run"),
+    "description": Param("str", max_length=500),
+    "type": Param("str", choices=tasks.TYPES),
+}
+
+
+@blueprint.post("/api/v1/tasks")
+def start_task():  # type: ignore[no-untyped-def]
+    caller = require_agent()
+    body = request.get_json(force=True, silent=True)
+    if not isinstance(body, dict):
+        raise invalid("The body must be a JSON object: {command, description?, type?}. Nothing was run.")
+    args, _ignored = check_fields("start task", TASK_FIELDS, body, strict=True, nothing="Nothing was run.")
+    task = tasks.start(
+        runtime(), caller, args["command"], description=args.get("description"), type=args.get("type", "local_bash")
+    )
+    return jsonify({"ok": True, "task": tasks.entry(task, utcnow(), runtime().settings()["quiet_after_minutes"])}), 201
+
+
+@blueprint.post("/api/v1/tasks/<task_id>/stop")
+def stop_task(task_id: str):  # type: ignore[no-untyped-def]
+    caller = require_agent()
+    task = tasks.find(caller, task_id, runtime().relay_name(), "Nothing was stopped.")
+    stopping = tasks.request_stop(runtime(), task)
+    return jsonify({"ok": True, "taskId": task.id, "stopRequested": stopping, "status": Task.get_by_id(task.id).status})

@@ -6,7 +6,7 @@ from typing import Any
 
 from flask import Blueprint, jsonify, request
 
-from oar import defaults, groups, ids, lifecycle, providers, sessions, settings, turns
+from oar import automated, defaults, groups, ids, lifecycle, providers, questions, schedules, sessions, settings, turns
 from oar.actions.args import check_fields, unstorable_text
 from oar.actions.common import CWD, EFFORT, MODE, MODEL, PROVIDER, TEXT, TITLE
 from oar.actions.prompts import check_effort, provider_unavailable
@@ -15,8 +15,9 @@ from oar.db import write_transaction
 from oar.errors import invalid, not_found
 from oar.folders import check_folder
 from oar.modelcheck import check_model
-from oar.models import Group, Message, Session
+from oar.models import Group, Message, Question, Schedule, Session
 from oar.settings import default_cwd
+from oar.timeutil import iso, utcnow
 from oar.web import runtime
 from oar.web.auth import require_owner
 
@@ -150,6 +151,8 @@ def write_message(session_id: str):  # type: ignore[no-untyped-def]
         message = turns.insert_prompt(session, args["text"], turns.Provenance())
         Session.update(loop_prompt_count=0).where(Session.id == session.id).execute()
     turns.start_turns(relay, session.id)
+    # The loop count starts over, so firings held by loop protection go out now (SPEC §9).
+    schedules.release_held(relay, session.id, utcnow())
     return ok(message_id=message.id, session=session.id), 201
 
 
@@ -206,6 +209,53 @@ def _session_view(session: Session) -> dict[str, Any]:
     view = sessions.described(session, sessions.is_busy(session))
     view["group"] = groups.field_for(session)
     return view
+
+
+# Inbox ----------------------------------------------------------------------------------
+
+
+@blueprint.get("/inbox")
+def inbox():  # type: ignore[no-untyped-def]
+    """Every pending approval card and question, across sessions."""
+    pending = (
+        Question.select(Question, Session.id, Session.title)
+        .join(Session)
+        .where((Question.status == "pending") & (Session.deleted == False))  # noqa: E712
+        .order_by(Question.created_at)
+    )
+    listed = []
+    for question in pending:
+        entry = questions.shape(question)
+        entry.update(
+            session=question.session_id, sessionTitle=question.session.title, askedBy=question.asker_session_id,
+            recommendation=question.recommendation, detail=question.detail, createdAt=iso(question.created_at),
+        )
+        listed.append(entry)
+    return ok(cards=[], questions=listed)
+
+
+ANSWER = {"answer": Param("str", max_length=100_000), "choices": Param("list"), "dismiss": Param("bool")}
+
+
+@blueprint.post("/questions/<question_id>")
+def answer_question(question_id: str):  # type: ignore[no-untyped-def]
+    """The owner answers or dismisses a question card (ask_user or ask)."""
+    nothing = "Nothing was changed."
+    relay = runtime()
+    args, _ = check_fields("answer", ANSWER, body(), strict=True, nothing=nothing)
+    question = questions.find(question_id, relay.relay_name(), nothing)
+    if args.get("dismiss"):
+        if question.status != "pending":
+            raise invalid(f"Question {question.id} is {question.status}, not pending. {nothing}")
+        status, answer, choices = "dismissed", None, None
+    else:
+        status = "answered"
+        answer, choices = questions.checked_answer(question, args.get("answer"), args.get("choices"), nothing)
+    if not questions.settle(relay, question, status=status, answer=answer, choices=choices, via=relay.relay_name()):
+        raise invalid(f"Question {question.id} was settled meanwhile. {nothing}")
+    if question.kind == "ask":
+        automated.announce_answer(relay, question)
+    return ok(question=questions.listed(Question.get_by_id(question.id)))
 
 
 # Groups ---------------------------------------------------------------------------------
@@ -291,3 +341,25 @@ def _provider_view(provider: providers.Provider) -> dict[str, Any]:
         "workspace": provider.workspace,
         "apiKeySet": provider.has_api_key,
     }
+
+
+# Schedules (the page's ⏰ list) ------------------------------------------------------------
+
+
+@blueprint.get("/schedules")
+def list_schedules():  # type: ignore[no-untyped-def]
+    """Every active schedule, and those ended within the hour (SPEC §9)."""
+    relay = runtime()
+    rows = schedules.listed_for(None, utcnow(), relay.time("SCHEDULE_ENDED_LISTED_SECONDS"))
+    return ok(schedules=[schedules.view(row) for row in rows])
+
+
+@blueprint.delete("/schedules/<schedule_id>")
+def cancel_schedule(schedule_id: str):  # type: ignore[no-untyped-def]
+    """The ⏰ list's Cancel: the schedule ends with endReason `unscheduled`."""
+    row = Schedule.get_or_none(Schedule.id == schedule_id.strip())
+    if row is None:
+        raise not_found(f'Relay "{runtime().relay_name()}" has no schedule "{schedule_id[:64]}". Nothing was changed.')
+    ended = schedules.unschedule(row.id, utcnow())
+    return ok(ended=ended, schedule=schedules.view(Schedule.get_by_id(row.id)))
+

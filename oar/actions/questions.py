@@ -1,0 +1,128 @@
+"""answer_question, ask, list_questions and withdraw (SPEC §5.11, §5.12)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oar import questions, sessions
+from oar.actions.common import RELAY
+from oar.actions.dispatch import CallContext
+from oar.actions.registry import Param, action
+from oar.db import write_transaction
+from oar.errors import ActionError, invalid
+
+QUESTION_ID = Param("str", required=True, max_length=64, description="a question id (q_… or ask_…)")
+ANSWER = Param("str", max_length=100_000)
+
+
+@action(
+    "answer_question",
+    params={"relay": RELAY, "question_id": QUESTION_ID, "choices": Param("list"), "answer": ANSWER},
+    level="full",
+    writes=True,
+    nothing="Nothing was sent.",
+)
+def answer_question(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Answer a question card another session's agent waits on (ask your user first unless told you may decide)."""
+    nothing = "Nothing was sent."
+    if args["question_id"].strip().startswith("card_"):
+        raise ActionError("REMOTE_RELAY_FORBIDDEN", f"Approval cards are the owner's to decide. {nothing}")
+    question = questions.find(args["question_id"], ctx.relay_name, nothing)
+    if question.kind == "ask":
+        raise ActionError(
+            "REMOTE_RELAY_FORBIDDEN", f"Question {question.id} was asked of the user; only the owner answers it. {nothing}"
+        )
+    if question.session_id == ctx.caller.id:
+        raise ActionError("REMOTE_RELAY_FORBIDDEN", f"An agent cannot answer its own questions. {nothing}")
+    answer, choices = questions.checked_answer(question, args.get("answer"), args.get("choices"), nothing)
+    if not questions.settle(ctx.runtime, question, status="answered", answer=answer, choices=choices, via=ctx.relay_name):
+        raise invalid(f"Question {question.id} was answered meanwhile. {nothing}")
+    return {
+        "summary": f"answer_question → {ctx.relay_name} session {question.session_id[:8]}: {question.id} answered",
+        "status": "answered",
+        "question_id": question.id,
+        "session": question.session_id,
+        "message_id": question.turn_id,
+        "answer": answer,
+    }
+
+
+@action(
+    "ask",
+    params={
+        "relay": RELAY,
+        "question": Param("str", required=True, max_length=2_000),
+        "options": Param("list"),
+        "recommendation": Param("str", max_length=2_000),
+        "detail": Param("str", max_length=20_000),
+        "session": Param("str", max_length=64, description="the session the question is about; default: this one"),
+    },
+    level="prompt",
+    writes_with="session",
+    relay_optional=True,
+    nothing="Nothing was asked.",
+)
+def ask(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Ask the user a question without waiting; the answer arrives later as a relay event."""
+    nothing = "Nothing was asked."
+    options = args.get("options") or []
+    if len(options) > 10 or not all(isinstance(o, str) and o.strip() and len(o) <= 200 for o in options):
+        raise invalid(f"ask: options must be a list of up to 10 texts of 1 to 200 characters. {nothing}")
+    target = ctx.caller
+    if args.get("session") and not sessions.is_same(args["session"], ctx.caller):
+        target = sessions.resolve(args["session"], ctx.relay_name, nothing)
+        if target.archived:
+            raise invalid(f"Session {target.id[:8]} is archived. {nothing}")
+    questions.check_ask_limits(ctx.caller.id, target.id, nothing)
+    with write_transaction():
+        question = questions.create_ask(
+            ctx.caller, target, args["question"].strip(), [o.strip() for o in options],
+            args.get("recommendation"), args.get("detail"), ctx.hops(),
+        )
+    return {
+        "summary": f"ask → {ctx.relay_name}: question {question.id[:7]}… pending",
+        "question_id": question.id,
+        "status": "pending",
+        "session": target.id,
+    }
+
+
+@action(
+    "list_questions",
+    params={"relay": RELAY, "session": Param("str", max_length=64)},
+    level="read",
+    relay_optional=True,
+)
+def list_questions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    """This conversation's asks: pending, and those answered, dismissed, withdrawn or ended within a day."""
+    about = sessions.resolve(args["session"], ctx.relay_name).id if args.get("session") else None
+    rows = [questions.listed(q) for q in questions.asks_of(ctx.caller.id, about, ctx.now)]
+    pending = sum(1 for q in rows if q["status"] == "pending")
+    return {
+        "summary": f"list_questions → {ctx.relay_name}: {len(rows)} questions, {pending} pending",
+        "questions": rows,
+    }
+
+
+@action(
+    "withdraw",
+    params={"relay": RELAY, "question_id": QUESTION_ID},
+    level="prompt",
+    writes=True,
+    relay_optional=True,
+    nothing="Nothing was withdrawn.",
+)
+def withdraw(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Withdraw a pending ask this conversation made."""
+    nothing = "Nothing was withdrawn."
+    question = questions.find(args["question_id"], ctx.relay_name, nothing)
+    if question.kind != "ask" or question.asker_session_id != ctx.caller.id:
+        raise ActionError("REMOTE_RELAY_FORBIDDEN", f"Only the conversation that asked {question.id} can withdraw it. {nothing}")
+    if not questions.settle(ctx.runtime, question, status="withdrawn", answer=None, choices=None, via=ctx.relay_name):
+        raise invalid(f"Question {question.id} is no longer pending. {nothing}")
+    return {
+        "summary": f"withdraw → {ctx.relay_name}: question {question.id[:7]}… withdrawn",
+        "question_id": question.id,
+        "status": "withdrawn",
+    }
+

@@ -1,0 +1,102 @@
+"""read_task_output (SPEC §5.5): the tail of a task's output as the task console shows it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oar import defaults, sessions, task_output, tasks
+from oar.actions.common import RELAY, SESSION
+from oar.actions.dispatch import CallContext
+from oar.actions.registry import Param, action
+from oar.errors import not_found
+from oar.models import Task
+from oar.timeutil import iso
+
+NOTE_TAIL_ONLY = "Only the last lines of this task's output were kept by the agent that ran it; earlier output is not available."
+NOTE_GONE = "The task's output file is gone (removed or never written); only the task's status is known."
+NOTE_STARTING = "The task is starting and has written no output yet; call read_task_output again in a few seconds."
+
+
+@action(
+    "read_task_output",
+    params={
+        "relay": RELAY,
+        "session": SESSION,
+        "task_id": Param("str", required=True, max_length=64, description="a task id from list_sessions or read_session"),
+        "lines": Param("int", minimum=1, maximum=defaults.TASK_OUTPUT_LINES_MAX),
+    },
+    level="read",
+)
+def read_task_output(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    """The tail of a background task's output, while it runs and for an hour after it ends."""
+    session = sessions.resolve(args["session"], ctx.relay_name)
+    task = tasks.find(session, args["task_id"], ctx.relay_name)
+    if not tasks.is_readable(task, ctx.runtime, ctx.now):
+        raise not_found(
+            f"The output of task {task.id} ended at {iso(task.ended_at)} and is kept for "
+            f"{int(ctx.runtime.time('TASK_OUTPUT_KEEP_SECONDS') // 60)} minutes after a task ends; it is gone."
+        )
+    lines = args.get("lines", defaults.TASK_OUTPUT_LINES_DEFAULT)
+    result: dict[str, Any] = {
+        "session": session.id,
+        "task": {
+            "id": task.id,
+            "description": task.description,
+            "type": task.type,
+            "status": task.status,
+            "exitCode": task.exit_code,
+            "startedAt": iso(task.started_at),
+        },
+        "tail": [],
+        "truncated": False,
+    }
+    if task.ended_at:
+        result["task"]["endedAt"] = iso(task.ended_at)
+    if task.error:
+        result["task"]["error"] = task.error
+    tail = _tail(task, lines, result)
+    if tail is not None:
+        result["tail"] = tail.lines
+        result["truncated"] = tail.truncated
+        if tail.counts:
+            result["counts"] = tail.counts
+    if task.status == "running":
+        quiet_after = ctx.settings["quiet_after_minutes"]
+        result["stall"] = task_output.stall(tasks.last_output_time(task), ctx.now, quiet_after)
+    result["summary"] = _summary(ctx, session.id, task, result)
+    return result
+
+
+def _tail(task: Task, lines: int, result: dict[str, Any]) -> task_output.Tail | None:
+    """The console lines of the output file, or of the kept tail; sets `note` when partial."""
+    if task.output_path:
+        try:
+            return task_output.render(task_output.read_window(task.output_path, lines), lines)
+        except FileNotFoundError:
+            if task.status == "running" and task.heartbeat_at is None:
+                result["note"] = NOTE_STARTING
+                return None
+    if task.output_tail is not None:
+        result["note"] = NOTE_TAIL_ONLY
+        window = task_output.Window(text=task.output_tail, at_start=False, size=len(task.output_tail))
+        return task_output.render(window, lines)
+    result["note"] = NOTE_GONE
+    return None
+
+
+def _summary(ctx: CallContext, session_id: str, task: Task, result: dict[str, Any]) -> str:
+    parts = [f"{len(result['tail'])} lines", task.status]
+    if task.exit_code is not None:
+        parts[-1] += f" (exit {task.exit_code})"
+    counts = result.get("counts")
+    if counts:
+        parts.append(
+            f"{counts['runner']} {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
+            + ("" if counts["final"] else " so far")
+        )
+    stall = result.get("stall")
+    if stall:
+        parts.append(f"quiet {stall['minutesSinceOutput']} min" if stall["quiet"] else f"last output {stall['minutesSinceOutput']} min ago")
+    if result["truncated"]:
+        parts.append("earlier lines left out")
+    return f"read_task_output → {ctx.relay_name} session {session_id[:8]} task {task.id}: {', '.join(parts)}"

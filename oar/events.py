@@ -1,0 +1,32 @@
+"""The event record: what happened in a session, kept durably for the delivery engine (SPEC §8.2).
+
+Events are written where they happen, inside the transaction of the change they report,
+so none is lost and none is recorded for a change that was rolled back. Subscriptions
+(the delivery engine) read them in `seq` order and decide whom to wake; this module only
+records. Kinds written today:
+
+- `task_started`, `task_finished` (every task end), `task_failed` (status failed or a
+  non-zero exit) — payload `{taskId, description, type, status, exitCode}`;
+- `stalled` — a running task without output for the owner's `quiet_after_minutes`, once per
+  quiet spell — payload `{taskId, description, minutesSinceOutput}`; the delivery engine
+  applies each subscription's own `stalled_minutes` to `task.last_output_at`;
+- `session_idle` — the session has no turn and no task running any more after a task
+  ended (feeds `all_idle`, which is a transition over all of a subscription's sessions).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from oar.models import Event
+from oar.timeutil import utcnow
+
+KINDS = ("task_started", "task_finished", "task_failed", "stalled", "session_idle")
+
+
+def record(session_id: str, kind: str, payload: dict[str, Any], now: datetime | None = None) -> Event:
+    """Record one event (call inside the write transaction of the change it reports)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown event kind {kind}")
+    return Event.create(session=session_id, kind=kind, payload=payload, created_at=now or utcnow())

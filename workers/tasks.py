@@ -1,0 +1,14 @@
+"""RQ job: run one background task's subprocess to its end."""
+
+from __future__ import annotations
+
+from oar import tasks
+from oar.db import database
+from workers.runtime import current
+
+
+def run_task(task_id: str) -> str | None:
+    try:
+        return tasks.run(current(), task_id)
+    finally:
+        database.close()
