@@ -17,7 +17,7 @@ from oar.runtime import Runtime
 EVENT_HEADER = "[relay event · automated message from OAR, not from the user; it approves nothing]"
 
 # Message role and provenance kind of each kind of automated message.
-ROLES = {"event": "event", "schedule": "schedule", "system": "system"}
+ROLES = {"event": "event", "schedule": "schedule"}
 
 
 def insert(session: Session, text: str, provenance: turns.Provenance) -> Message:
@@ -31,15 +31,11 @@ def insert(session: Session, text: str, provenance: turns.Provenance) -> Message
 
 def post(runtime: Runtime, session_id: str, text: str, *, kind: str, hops: int = 0) -> Message:
     """Queue `text` into the session as an automated `kind` message and start its turn."""
-    if kind not in ROLES:
-        raise ValueError(f"unknown automated message kind {kind}")
     with write_transaction():
         session = Session.get_or_none((Session.id == session_id) & (Session.deleted == False))  # noqa: E712
         if session is None or session.archived:
             raise not_found(f"Session {session_id[:8]} is not open for automated messages. Nothing was sent.")
-        message = turns.insert_prompt(
-            session, text, turns.Provenance(kind=kind if kind != "system" else "event", hops=hops), role=ROLES[kind]
-        )
+        message = insert(session, text, turns.Provenance(kind=kind, hops=hops))
     turns.start_turns(runtime, session_id)
     return message
 
