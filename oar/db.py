@@ -60,6 +60,17 @@ def is_sqlite() -> bool:
     return isinstance(database.obj, peewee.SqliteDatabase)
 
 
+def lock_rows(query: peewee.ModelSelect) -> None:
+    """Lock the selected rows for this transaction (PostgreSQL), before changing others.
+
+    Transactions that change a session and its messages lock the session row first, so two
+    of them never wait on each other in opposite orders (a deadlock). SQLite's write
+    transactions hold the whole database already.
+    """
+    if not is_sqlite():
+        list(query.for_update())
+
+
 def write_transaction() -> peewee._atomic:
     """A write transaction that takes the write lock up front on SQLite."""
     if is_sqlite():

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 import redis
 
 from oar import tasks
-from oar.db import write_transaction
+from oar.db import lock_rows, write_transaction
 from oar.models import Message, Session
 from oar.runtime import Runtime
 from oar.turns import start_turns
@@ -51,6 +51,7 @@ def reconcile(runtime: Runtime, now: datetime) -> Reconciled:
     )
     for turn in stale:
         with write_transaction():
+            lock_rows(Session.select(Session.id).where(Session.id == turn.session_id))
             failed = (
                 Message.update(
                     status="failed", error=ORPHANED_TEXT.format(seconds=int(stale_seconds)), completed_at=now

@@ -19,7 +19,7 @@ from typing import Any
 import redis
 
 from oar import ids, providers, questions
-from oar.db import database, release_connection, write_transaction
+from oar.db import database, lock_rows, release_connection, write_transaction
 from oar.models import Message, Question, Session
 from oar.providers.base import Activity, TextDelta, TurnControl, TurnFailed, TurnRequest, Usage
 from oar.runtime import Runtime
@@ -232,6 +232,7 @@ def finish(runtime: Runtime, turn: Message, status: str, text: str, error: str |
     keep_reply = status == "done" or (status == "stopped" and text)
     reply_id = ids.message_id() if keep_reply else None
     with write_transaction():
+        lock_rows(Session.select(Session.id).where(Session.id == turn.session_id))
         settled = (
             Message.update(
                 status=status, error=error, partial_text=text, reply_id=reply_id, completed_at=now

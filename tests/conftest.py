@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import peewee
 import pytest
 import requests
 from werkzeug.serving import make_server
@@ -236,13 +237,24 @@ def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str, database_url
     running.stop()
 
 
-def reset_database() -> None:
-    """Empty every table between tests (the schema stays)."""
-    with database.connection_context():
-        with database.atomic():
-            for model in reversed(MODELS):
-                model.delete().execute()
-            ensure_builtin()
+def reset_database(attempts: int = 5) -> None:
+    """Empty every table between tests (the schema stays).
+
+    A worker may still be finishing the previous test's turn; on PostgreSQL emptying the
+    tables can then meet it in a deadlock, which the server resolves by failing one side:
+    empty again.
+    """
+    for attempt in range(attempts):
+        try:
+            with database.connection_context(), database.atomic():
+                for model in reversed(MODELS):
+                    model.delete().execute()
+                ensure_builtin()
+            return
+        except peewee.OperationalError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.2)
 
 
 @pytest.fixture
