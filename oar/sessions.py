@@ -185,12 +185,12 @@ def settings_of(session: Session) -> dict[str, Any]:
     }
 
 
-def described(session: Session, busy: bool) -> dict[str, Any]:
-    """A session as `read_session` shows it."""
+def described(session: Session, state: str) -> dict[str, Any]:
+    """A session as `read_session` shows it, in the `state` the caller worked out."""
     entry = {
         "id": session.id,
         "title": session.title,
-        "state": state_of(session, busy),
+        "state": state,
         "archived": session.archived,
         "createdAt": iso(session.created_at),
         "lastActivityAt": iso(session.last_activity_at),

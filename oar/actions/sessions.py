@@ -118,17 +118,18 @@ def read_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         budget -= len(text)
         messages.append(_message_entry(message, text, args.get("include_activity", False)))
     messages.reverse()
-    busy = sessions.is_busy(session)
+    shown_tasks = tasks.shown_for(ctx.runtime, [session.id], ctx.now).get(session.id, [])
+    background = any(task["status"] == "running" for task in shown_tasks)
+    state = sessions.state_of(session, sessions.is_busy(session), background)
     result: dict[str, Any] = {
-        "summary": f"read_session → {ctx.relay_name} session {session.id[:8]}: {len(messages)} messages, "
-        f"{sessions.state_of(session, busy)}",
-        "session": sessions.described(session, busy),
+        "summary": f"read_session → {ctx.relay_name} session {session.id[:8]}: {len(messages)} messages, {state}",
+        "session": sessions.described(session, state),
         "messages": messages,
-        "state": sessions.state_of(session, busy),
+        "state": state,
         "inFlight": _in_flight(session),
         "pendingQuestions": questions.pending_in_session(session.id),
         "group": groups.with_members(session),
-        "tasks": tasks.shown_for(ctx.runtime, [session.id], ctx.now).get(session.id, []),
+        "tasks": shown_tasks,
     }
     if has_more and messages:
         result["olderBefore"] = messages[0]["id"]

@@ -206,7 +206,7 @@ def delete_session(session_id: str):  # type: ignore[no-untyped-def]
 
 
 def _session_view(session: Session) -> dict[str, Any]:
-    view = sessions.described(session, sessions.is_busy(session))
+    view = sessions.described(session, sessions.state_of(session, sessions.is_busy(session)))
     view["group"] = groups.field_for(session)
     return view
 
@@ -330,15 +330,42 @@ def get_provider(name: str):  # type: ignore[no-untyped-def]
     return ok(provider=_provider_view(provider))
 
 
+@blueprint.put("/providers/<name>")
+def put_provider(name: str):  # type: ignore[no-untyped-def]
+    """Create or replace a provider's configuration; models are discovered when not listed."""
+    from oar.providers import settings as provider_settings
+
+    row, note = provider_settings.save(name, body())
+    fields: dict[str, Any] = {"provider": _provider_view(providers.from_row(row))}
+    if note:
+        fields["modelNote"] = note
+    return ok(**fields)
+
+
+@blueprint.delete("/providers/<name>")
+def delete_provider(name: str):  # type: ignore[no-untyped-def]
+    from oar.providers import settings as provider_settings
+
+    if not provider_settings.delete(name):
+        raise not_found(f'No provider "{name[:64]}" is configured. Nothing was changed.')
+    return ok(deleted=True, provider=name)
+
+
 def _provider_view(provider: providers.Provider) -> dict[str, Any]:
     """Never the API key: only whether one is set."""
+    options = provider.options
     return {
         "name": provider.name,
         "kind": provider.kind,
+        "baseUrl": options.get("base_url"),
         "models": provider.models,
         "defaultModel": provider.default_model,
         "efforts": provider.efforts,
         "workspace": provider.workspace,
+        "monthlyTokenCap": options.get("monthly_token_cap"),
+        "family": options.get("family"),
+        "billing": options.get("billing"),
+        "dottedModelIds": provider.dotted_model_ids,
         "apiKeySet": provider.has_api_key,
     }
 
