@@ -209,6 +209,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench import tasks
 
         return tasks.run(argv[1:])
+    if argv[:1] == ["providers"]:  # `python -m bench providers`: turns streamed from a fake LLM API
+        from bench import providers
+
+        return providers.run(argv[1:])
     args = parse_arguments(argv)
     # SIGTERM unwinds like Ctrl-C, so that every child is stopped and the temp dir removed.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -15,6 +15,7 @@ from oar.db import database, open_database
 from oar.reconciler import reconcile
 from oar.runtime import Runtime
 from oar.schedules import fire_due
+from oar.subscriptions import sweep
 from oar.timeutil import utcnow
 
 log = logging.getLogger("oar.clock")
@@ -29,6 +30,10 @@ def tick(runtime: Runtime) -> None:
         fired = fire_due(runtime, utcnow())
         if fired:
             log.info("schedules swept: %s", dict(fired))
+        # Events no job ingested and deliveries no job made (lost jobs, a flushed Redis).
+        swept = sweep(runtime, utcnow())
+        if any(swept.values()):
+            log.info("deliveries swept: %s", swept)
     finally:
         database.close()
 

@@ -14,6 +14,9 @@ DEFAULT_WAIT_SECONDS = 120
 MAX_TURN_SECONDS = 3600
 # Task health: minutes without output before a task counts as quiet (owner setting).
 QUIET_AFTER_MINUTES = 10
+# A session that answered but keeps working in the background reports `done` after this
+# long without output from its tasks (SPEC §7, §15).
+BACKGROUND_QUIET_SECONDS = 10
 
 # Sessions started by one conversation with a turn queued or running, per relay.
 MAX_ACTIVE_SESSIONS = 4
@@ -95,3 +98,22 @@ TASK_OUTPUT_KEEP_SECONDS = 3600
 # read_task_output `lines`.
 TASK_OUTPUT_LINES_DEFAULT = 50
 TASK_OUTPUT_LINES_MAX = 500
+
+# Watching sessions (SPEC §8, §15).
+# Events within this long of the first one after a quiet period arrive as one message.
+DELIVERY_WINDOW_SECONDS = 30
+# Wake-ups per watcher are counted over this sliding span (an hour); past 20 the rest come
+# as a digest every DELIVERY_CAP_DIGEST_SECONDS.
+DELIVERY_CAP_HOUR_SECONDS = 3600
+DELIVERY_CAP_DIGEST_SECONDS = 600
+# The length of the minute in digest_minutes (60 by contract; tests shorten it).
+DELIVERY_MINUTE_SECONDS = 60
+# Ended subscriptions stay in list_subscriptions this long.
+SUBSCRIPTION_ENDED_LISTED_SECONDS = 3600
+
+# Providers that speak an LLM wire protocol (SPEC §11).
+# Connecting to a provider's server, before the request counts as failed (network).
+PROVIDER_CONNECT_TIMEOUT_SECONDS = 10
+# Silence between two bytes of a provider's answer before the turn fails (timeout);
+# keep-alive comments count as bytes, so a slow model that keeps its stream alive is waited on.
+PROVIDER_READ_TIMEOUT_SECONDS = 120

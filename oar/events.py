@@ -22,7 +22,13 @@ from typing import Any
 from oar.models import Event
 from oar.timeutil import utcnow
 
-KINDS = ("task_started", "task_finished", "task_failed", "stalled", "session_idle")
+KINDS = (
+    "task_started", "task_finished", "task_failed", "stalled", "session_idle",
+    # Turns and questions (the delivery engine, oar/subscriptions.py): `turn_end` {turnId,
+    # status, excerpt, fromSession}, `error` {turnId, error}, `question_asked` /
+    # `question_answered` {questionId, question, answer}, `subagent_finished` {taskId, description}.
+    "turn_end", "error", "question_asked", "question_answered", "subagent_finished",
+)
 
 
 def record(session_id: str, kind: str, payload: dict[str, Any], now: datetime | None = None) -> Event:

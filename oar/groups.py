@@ -136,6 +136,10 @@ def unknown_group(sentence: str, nothing: str) -> ActionError:
     )
 
 
+def still_open(group: Group) -> bool:
+    return Group.select().where((Group.id == group.id) & (Group.dissolved == False)).exists()  # noqa: E712
+
+
 def create(head: Session, name: str | None = None, owner_created: bool = False) -> Group:
     return Group.create(
         id=ids.prefixed_id("grp"), name=name, owner_created=owner_created, head_session_id=head.id if head else None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from oar import groups, questions, schedules, tasks, turns
+from oar import groups, questions, schedules, subscriptions, tasks, turns
 from oar.db import write_transaction
 from oar.models import Session
 from oar.runtime import Runtime
@@ -29,6 +29,7 @@ def _end_work(runtime: Runtime, target: Session, reason: str, **flags: bool) -> 
         stopping = turns.request_stop(runtime, target) == "stop-queued"
         questions.end_for_session(target.id, utcnow())
         schedules.end_for_session(target.id, "deleted" if flags.get("deleted") else "archived", utcnow())
+        subscriptions.end_for_session(target.id, utcnow())
     tasks.stop_all(runtime, target.id)  # background tasks end with the session (SPEC §5.11)
     for message_id in cancelled:
         runtime.signal_turn(message_id)

@@ -88,6 +88,8 @@ class Session(BaseModel):
     active_turn = pw.CharField(null=True, max_length=32)
     # Agent-to-agent prompts this conversation sent since the owner last wrote in it.
     loop_prompt_count = pw.IntegerField(default=0)
+    # The agent's own id for this conversation (a cli agent resumes with it); reset by a new cwd.
+    agent_session_id = pw.CharField(null=True, max_length=200)
 
     class Meta:
         indexes = ((("archived", "last_activity_at"), False),)
@@ -131,6 +133,8 @@ class Message(BaseModel):
     started_at = pw.DateTimeField(null=True)
     heartbeat_at = pw.DateTimeField(null=True)
     completed_at = pw.DateTimeField(null=True)
+    # The reply was still cut at the output budget after one continuation (SPEC §11).
+    output_truncated = pw.BooleanField(default=False)
 
     class Meta:
         indexes = (
@@ -264,4 +268,86 @@ class Schedule(BaseModel):
         indexes = ((("target", "ended_at"), False), (("set_by", "ended_at"), False))
 
 
-MODELS: tuple[type[BaseModel], ...] = (Setting, Provider, Group, Session, AgentToken, Message, Question, Task, Event, Schedule)
+class Subscription(BaseModel):
+    """A conversation (the watcher) watching sessions for events (SPEC §8)."""
+
+    id = pw.CharField(primary_key=True, max_length=32)
+    watcher = pw.ForeignKeyField(Session, backref="subscriptions", on_delete="CASCADE")
+    scope = pw.CharField(max_length=8)  # all | sessions
+    sessions = JSONField(default=list)  # session ids when scope is `sessions`
+    exclude = JSONField(default=list)  # session ids left out of `all`
+    events = JSONField(default=list)
+    once = pw.BooleanField(default=False)
+    match = pw.TextField(null=True)
+    stalled_minutes = pw.IntegerField(default=15)
+    heartbeat_minutes = pw.IntegerField(null=True)
+    digest_minutes = pw.IntegerField(null=True)
+    quiet_hours = JSONField(null=True)  # {from, to, tz}
+    hops = pw.IntegerField(default=0)
+    created_at = pw.DateTimeField(default=utcnow)
+    last_digest_at = pw.DateTimeField(null=True)
+    # all_idle fires once per transition to idle: true while the watched sessions are idle.
+    idle = pw.BooleanField(default=True)
+    ended_at = pw.DateTimeField(null=True)
+    end_reason = pw.CharField(null=True, max_length=16)  # unsubscribed | archived | fired | unpaired | transferred
+
+    class Meta:
+        indexes = ((("watcher", "ended_at"), False),)
+
+
+class HeldEvent(BaseModel):
+    """One event on its way to one watcher: held until `due_at` (UTC), then delivered once.
+
+    A watcher gets an event once however many of its subscriptions match it (the unique
+    index); delivering claims rows with a conditional UPDATE on `delivered_at`.
+    """
+
+    id = pw.AutoField()
+    watcher = pw.ForeignKeyField(Session, backref="held_events", on_delete="CASCADE")
+    event_seq = pw.IntegerField(null=True)  # null for lines the engine makes (all_idle)
+    subscription_id = pw.CharField(max_length=32)
+    kind = pw.CharField(max_length=32)
+    line = pw.TextField()
+    urgent = pw.BooleanField(default=False)
+    reason = pw.CharField(max_length=8)  # urgent | window | cap | digest | quiet | own
+    turn_id = pw.CharField(null=True, max_length=32)  # turn_end: the prompt of that turn
+    due_at = pw.DateTimeField(index=True)
+    created_at = pw.DateTimeField(default=utcnow)
+    delivered_at = pw.DateTimeField(null=True)
+    message_id = pw.CharField(null=True, max_length=32)
+    dropped = pw.BooleanField(default=False)
+
+    class Meta:
+        indexes = ((("watcher", "event_seq"), True), (("watcher", "delivered_at"), False))
+
+
+class ReplyReceipt(BaseModel):
+    """A conversation waiting through send / wait for a turn it prompted (own-prompt
+    suppression, SPEC §8.3): `waiting_until` while it waits, `received_at` once it got the reply."""
+
+    turn_id = pw.CharField(primary_key=True, max_length=32)
+    waiter = pw.CharField(max_length=32)
+    waiting_until = pw.DateTimeField(null=True)
+    received_at = pw.DateTimeField(null=True)
+
+
+class TokenUsage(BaseModel):
+    """Tokens one provider pass used, for the monthly meters and caps of `usage` (SPEC §5.3)."""
+
+    id = pw.AutoField()
+    provider = pw.CharField(max_length=64)
+    model = pw.CharField(null=True, max_length=200)
+    session_id = pw.CharField(null=True, max_length=32)
+    turn_id = pw.CharField(null=True, max_length=32)
+    input_tokens = pw.IntegerField(default=0)
+    output_tokens = pw.IntegerField(default=0)
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        indexes = ((("provider", "created_at"), False),)
+
+
+MODELS: tuple[type[BaseModel], ...] = (
+    Setting, Provider, Group, Session, AgentToken, Message, Question, Task, Event, Schedule,
+    Subscription, HeldEvent, ReplyReceipt, TokenUsage,
+)

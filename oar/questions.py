@@ -15,7 +15,7 @@ from typing import Any
 
 import peewee as pw
 
-from oar import ids
+from oar import events, ids
 from oar.db import write_transaction
 from oar.errors import ActionError, invalid, not_found
 from oar.models import Message, Question, Session
@@ -136,6 +136,13 @@ def settle(
             .where((Question.id == question.id) & (Question.status == "pending"))
             .execute()
         )
+        if changed:
+            events.record(
+                question.session_id, "question_answered",
+                {"questionId": question.id, "question": question.question,
+                 "answer": answer if status == "answered" else "(dismissed)"},
+                now,
+            )
         if changed and question.turn_id:
             # The waiting turn runs again from this moment: a `wait` now waits for its reply.
             Message.update(status="running").where(
@@ -144,6 +151,9 @@ def settle(
     if not changed:
         return False
     publish(runtime.redis, question_channel(runtime.config.namespace, question.id))
+    from oar import subscriptions  # the delivery engine builds on questions
+
+    subscriptions.poke(runtime)
     return True
 
 

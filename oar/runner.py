@@ -18,10 +18,19 @@ from typing import Any
 
 import redis
 
-from oar import ids, providers, questions
+from oar import events, external, ids, providers, questions, subscriptions, usage
 from oar.db import database, lock_rows, release_connection, write_transaction
 from oar.models import Message, Question, Session
-from oar.providers.base import Activity, TextDelta, TurnControl, TurnFailed, TurnRequest, Usage
+from oar.providers.base import (
+    Activity,
+    AgentSession,
+    OutputTruncated,
+    TextDelta,
+    TurnControl,
+    TurnFailed,
+    TurnRequest,
+    Usage,
+)
 from oar.runtime import Runtime
 from oar.signals import publish, stop_channel
 from oar.timeutil import utcnow
@@ -144,10 +153,15 @@ def execute(runtime: Runtime, turn: Message) -> None:
     if provider is None:
         finish(runtime, turn, "failed", "", f'Provider "{session.provider}" is not configured on this relay.')
         return
+    if usage.token_cap(provider) is not None and usage.meter(provider, utcnow()).capped:
+        cap = usage.token_cap(provider)
+        finish(runtime, turn, "failed", "", f"{provider.name} is over its monthly token cap of {cap:,}; the turn did not run.")
+        return
     control = TurnControl(call_relay_tool=lambda args: call_relay_tool_as(runtime, session.id, turn.id, args))
     watcher = TurnWatcher(runtime, turn, control, runtime.settings()["max_turn_seconds"])
     control.ask_user = lambda question, options: ask_user(runtime, turn, watcher, control, question, options)
     control.start_task = lambda command: start_task(runtime, session.id, turn.id, command)
+    control.receive_external = lambda seconds: external.receive(runtime, turn.id, seconds)
     watcher.start()
     request = TurnRequest(
         session_id=session.id,
@@ -156,6 +170,10 @@ def execute(runtime: Runtime, turn: Message) -> None:
         effort=turn.effort,
         mode=turn.mode or session.mode,
         cwd=session.cwd,
+        thinking="inline" if session.thinking_display in ("summarized", "full") else "omit",
+        agent_session_id=session.agent_session_id,
+        connect_timeout=runtime.time("PROVIDER_CONNECT_TIMEOUT_SECONDS"),
+        read_timeout=runtime.time("PROVIDER_READ_TIMEOUT_SECONDS"),
         history=lambda: history_of(session.id, turn.seq),
     )
     stream = PartialWriter(turn.id, runtime.time("PARTIAL_WRITE_SECONDS"))
@@ -173,7 +191,14 @@ def execute(runtime: Runtime, turn: Message) -> None:
                 failure = event.message
                 break
             elif isinstance(event, Usage):
-                pass  # token accounting arrives with metered providers
+                usage.record(provider.name, turn.model, session.id, turn.id, event.input_tokens, event.output_tokens)
+                release_connection()
+            elif isinstance(event, AgentSession):
+                Session.update(agent_session_id=event.id[:200]).where(Session.id == session.id).execute()
+                release_connection()
+            elif isinstance(event, OutputTruncated):
+                Message.update(output_truncated=True).where(Message.id == turn.id).execute()
+                release_connection()
             if control.cancelled.is_set():
                 break
     except Exception:
@@ -245,13 +270,29 @@ def finish(runtime: Runtime, turn: Message, status: str, text: str, error: str |
                 id=reply_id, session=turn.session_id, role="assistant", text=text, created_at=now,
                 from_kind="user", model=turn.model,
             )
+        if settled:
+            record_turn_events(turn, status, text, error, now)
         Session.update(
             active_turn=None,
             last_activity_at=now,
             message_count=Session.message_count + (1 if settled and reply_id else 0),
         ).where((Session.id == turn.session_id) & (Session.active_turn == turn.id)).execute()
     runtime.signal_turn(turn.id)
+    if settled:
+        subscriptions.poke(runtime)
     return bool(settled)
+
+
+def record_turn_events(turn: Message, status: str, text: str, error: str | None, now: Any) -> None:
+    """`turn_end` with the status and the start of the reply; `error` for a failed turn (SPEC §8.2)."""
+    events.record(
+        turn.session_id, "turn_end",
+        {"turnId": turn.id, "status": status, "excerpt": (error if status == "failed" else text or "")[:200],
+         "fromSession": turn.from_session if turn.from_kind == "agent" else None},
+        now,
+    )
+    if status == "failed":
+        events.record(turn.session_id, "error", {"turnId": turn.id, "error": (error or "")[:500]}, now)
 
 
 def ask_user(
@@ -267,7 +308,9 @@ def ask_user(
         Message.update(status="waiting_for_answer").where(
             (Message.id == turn.id) & (Message.status == "running")
         ).execute()
+        events.record(turn.session_id, "question_asked", {"questionId": card.id, "question": question}, utcnow())
     runtime.signal_turn(turn.id)  # waiting callers return with pendingQuestions
+    subscriptions.poke(runtime)
     release_connection()
     watcher.pause()
     answer = None

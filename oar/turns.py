@@ -162,6 +162,8 @@ def result(runtime: Runtime, message: Message) -> dict[str, Any]:
         entry["reply"] = {"text": text, "model": message.model, "messageId": message.reply_id}
         if truncated:
             entry["reply"]["truncated"] = True
+        if message.output_truncated:  # cut at the output budget even after a continuation (SPEC §11)
+            entry["reply"]["outputTruncated"] = True
     elif message.status == "failed":
         entry["error"] = message.error
     elif message.status == "stopped":

@@ -34,8 +34,10 @@ def ended(desk: Agent, session: str, task_id: str) -> dict[str, Any]:
 
 
 def events_of(session: str) -> list[tuple[str, dict[str, Any]]]:
+    """The session's task events and its idle transitions, in order (turn events left out)."""
     with database.connection_context():
-        return [(e.kind, e.payload) for e in Event.select().where(Event.session == session).order_by(Event.seq)]
+        rows = Event.select().where((Event.session == session) & (Event.kind != "turn_end")).order_by(Event.seq)
+        return [(e.kind, e.payload) for e in rows]
 
 
 def test_with_the_setting_off_task_fails_the_turn_and_runs_nothing(relay: Relay, desk: Agent, tmp_path: Path) -> None:

@@ -90,10 +90,12 @@ def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
                 )
             wanted["cwd"] = folder
     ignored_settings: dict[str, Any] = {}
+    # Providers that honour thinking settings change them; others store them (SPEC §5.9).
+    thinking_settings = wanted if provider.supports_thinking else ignored_settings
     if "thinking_enabled" in args:
-        ignored_settings["thinking_enabled"] = args["thinking_enabled"]
+        thinking_settings["thinking_enabled"] = args["thinking_enabled"]
     if "thinking_display" in args:
-        ignored_settings["thinking_display"] = args["thinking_display"]
+        thinking_settings["thinking_display"] = args["thinking_display"]
     if "auto_compact_window" in args:
         ignored_settings["auto_compact_window"] = _window(args["auto_compact_window"])
 
@@ -110,8 +112,11 @@ def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             f"Allow, which this relay cannot ask for yet. Ask the user to change it on the relay's page. {UPDATE_NOTHING}",
         )
     group_created = None
+    agent_before = target.agent_session_id
     with write_transaction():
         values = {key: wanted[key] for key in changed if key != "group"}
+        if "cwd" in values:  # an agent's own session belongs to its folder: the next turn starts anew
+            values["agent_session_id"] = None
         values.update({key: ignored_settings[key] for key in stored_only})
         if values:
             Session.update(**values).where(Session.id == target.id).execute()
@@ -125,7 +130,11 @@ def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             f"{'it' if len(stored_only) == 1 else 'them'}, so the change is not in changed."
         )
     result = _update_result(ctx, target, changed, notes)
-    if "cwd" in changed:
+    if "cwd" in changed and agent_before:
+        result["relaunched"] = True
+        notes.append(f"{provider.name} starts a new agent session in the new folder from the next turn.")
+        result["note"] = " ".join(notes)
+    elif "cwd" in changed:
         result["relaunched"] = False
         notes.append("The session has no running agent process; the new folder is used from its next turn.")
         result["note"] = " ".join(notes)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
+import time
+from datetime import timedelta
 from typing import Any
 
-from oar import defaults, groups, providers, rules, sessions, turns
+from oar import background, billing, defaults, groups, providers, rules, sessions, subscriptions, turns
 from oar.actions.common import CWD, EFFORT, GROUP, MODE, MODEL, PROVIDER, RELAY, SESSION, TEXT, TITLE, WAIT_SECONDS
 from oar.actions.dispatch import CallContext
 from oar.actions.registry import Param, action
@@ -15,6 +18,7 @@ from oar.modelcheck import check_model
 from oar.models import Message, Session
 from oar.providers.base import Provider
 from oar.settings import default_cwd
+from oar.timeutil import utcnow
 
 
 def wait_seconds(ctx: CallContext, args: dict[str, Any]) -> tuple[int, str | None]:
@@ -28,11 +32,20 @@ def wait_seconds(ctx: CallContext, args: dict[str, Any]) -> tuple[int, str | Non
 
 def waited_result(ctx: CallContext, message: Message, args: dict[str, Any]) -> dict[str, Any]:
     seconds, cap_note = wait_seconds(ctx, args)
+    deadline = time.monotonic() + seconds
     if seconds > 0:
+        # Own-prompt suppression (SPEC §8.3): while the sender waits, a turn_end is held;
+        # once it got the finished reply here, that turn_end is not delivered.
+        subscriptions.waiting_for_reply(message, ctx.caller.id, ctx.now + timedelta(seconds=seconds))
         message = turns.wait_for(ctx.runtime, message.id, seconds)
+        subscriptions.wait_ended(ctx.runtime, message, ctx.caller.id, utcnow())
     else:
         message = Message.get(Message.id == message.id)
     entry = turns.result(ctx.runtime, message)
+    if message.status == "done":
+        working = background.still_working(ctx.runtime, message, max(0.0, deadline - time.monotonic()))
+        if working:
+            entry = background.report(entry, working, ctx.runtime.time("BACKGROUND_QUIET_SECONDS"))
     notes = [cap_note] if cap_note else []
     if message.status in ("queued", "running"):
         notes.append(turns.NOT_FINISHED_NOTE)
@@ -54,11 +67,13 @@ def check_effort(effort: str, provider: Provider, relay_name: str, nothing: str)
 
 def provider_unavailable(name: str, relay_name: str, nothing: str) -> ActionError:
     configured = [p.name for p in providers.configured()]
+    close = difflib.get_close_matches(name.lower(), configured, n=3, cutoff=0.6)
     return ActionError(
         "REMOTE_RELAY_PROVIDER_UNAVAILABLE",
         f'Provider "{name[:64]}" is not configured on relay "{relay_name}". '
         f"Configured: {', '.join(configured) or 'none'}. {nothing}",
         providers=configured,
+        **({"suggestions": close} if close else {}),
     )
 
 
@@ -92,17 +107,18 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     provider = providers.get(target.provider)
     if provider is None:
         raise provider_unavailable(target.provider, ctx.relay_name, nothing)
-    if args.get("provider") and args["provider"] != target.provider:
-        raise ActionError(
-            "REMOTE_RELAY_UNSUPPORTED",
-            f'Relay "{ctx.relay_name}" cannot move a session to another provider with send yet '
-            f"(session {target.id[:8]} runs on {target.provider}). {nothing}",
-        )
+    switched = args.get("provider") and args["provider"] != target.provider
+    if switched:  # the billing switch: checked in full before anything is written
+        provider = billing.switch_target(provider, args["provider"], ctx.relay_name, nothing, ctx.now)
+    else:
+        billing.check_not_capped(provider, ctx.relay_name, ctx.now)
     model_note = None
     model = target.model
-    if args.get("model"):
-        choice = check_model(args["model"], provider, relay_name=ctx.relay_name, nothing=nothing)
+    if args.get("model") or (switched and target.model):
+        choice = check_model(args.get("model") or target.model, provider, relay_name=ctx.relay_name, nothing=nothing)
         model, model_note = choice.model, choice.note
+    elif switched:
+        model = provider.default_model
     effort = check_effort(args["effort"], provider, ctx.relay_name, nothing) if args.get("effort") else target.effort
     if busy and args.get("if_busy") == "fail":
         active = Message.select().where(
@@ -116,7 +132,7 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     rules.check_loop(ctx.caller, nothing)
     mode = args.get("mode") or ctx.caller.mode
     with write_transaction():
-        Session.update(mode=mode, model=model, effort=effort).where(Session.id == target.id).execute()
+        Session.update(mode=mode, model=model, effort=effort, provider=provider.name).where(Session.id == target.id).execute()
         target = Session.get_by_id(target.id)
         message = turns.insert_prompt(target, args["text"], ctx.provenance(), mode=mode, model=model, effort=effort)
         rules.count_agent_prompt(ctx.caller)
@@ -124,6 +140,9 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     entry = waited_result(ctx, message, args)
     if model_note:
         entry["modelNote"] = model_note
+    if switched:
+        entry["provider"] = provider.name
+        entry["billingSwitch"] = billing.switch_note(provider)
     entry["summary"] = f"send → {ctx.relay_name} session {target.id[:8]}: {turns.summary_status(entry)}"
     return entry
 
@@ -164,6 +183,7 @@ def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         provider = providers.get(caller.provider) or (configured[0] if configured else None)
         if provider is None:
             raise provider_unavailable(caller.provider, ctx.relay_name, nothing)
+    billing.check_not_capped(provider, ctx.relay_name, ctx.now, nothing)
     cwd, repo, branch = _workspace(ctx, args, provider, nothing)
     model_note = None
     if args.get("model"):
@@ -189,6 +209,10 @@ def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             group = caller.group if caller.group_id else groups.create(head=caller)
             if caller.group_id is None:
                 groups.join(caller, group)
+        elif not groups.still_open(group):  # dissolved by the owner since it was checked
+            raise groups.unknown_group(
+                f'The session group "{groups.display_name(group)}" was dissolved.', "No session was created."
+            )
         groups.join(session, group)
         message = turns.insert_prompt(session, args["text"], ctx.provenance(), mode=mode, model=model, effort=effort)
         rules.count_agent_prompt(caller)

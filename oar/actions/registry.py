@@ -82,6 +82,6 @@ def action(
 
 def load_actions() -> dict[str, ActionSpec]:
     """Import every action module so that their `@action` decorators have run."""
-    from oar.actions import control, prompts, questions, relays, schedules, sessions, tasks  # noqa: F401
+    from oar.actions import control, prompts, questions, relays, schedules, sessions, subscriptions, tasks  # noqa: F401
 
     return ACTIONS

@@ -8,11 +8,13 @@ from typing import Any
 from peewee import fn
 
 from oar import __version__, defaults, groups, providers
+from oar import usage as token_usage
 from oar.actions.common import RELAY
 from oar.actions.dispatch import CallContext
 from oar.actions.registry import action
 from oar.models import Session
 from oar.settings import default_cwd
+from oar.timeutil import utcnow
 
 
 @action("list_relays", params={}, level=None)
@@ -86,8 +88,7 @@ def relay_info(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
 @action("usage", params={"relay": RELAY}, level="read")
 def usage(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Usage meters per provider (never account names, addresses or tokens)."""
-    entries = []
-    for provider in providers.configured():
-        # Only metered providers (API accounts with caps) have meters; echo is untracked.
-        entries.append({"name": provider.name, "status": "untracked", "meters": [], "paused": False})
+    # Metered providers (billed per token, or given a cap) have a monthly meter; echo is untracked.
+    now = utcnow()
+    entries = [token_usage.status_of(provider, now) for provider in providers.configured()]
     return {"summary": f"usage → {ctx.relay_name}: {len(entries)} providers", "providers": entries}

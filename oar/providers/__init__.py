@@ -10,6 +10,11 @@ from oar.providers.base import Provider
 # kind → dotted path of its class.
 PROVIDER_KINDS: dict[str, str] = {
     "echo": "oar.providers.echo.EchoProvider",
+    "chat": "oar.providers.chat.ChatProvider",
+    "responses": "oar.providers.responses.ResponsesProvider",
+    "anthropic": "oar.providers.anthropic.AnthropicProvider",
+    "cli": "oar.providers.cli.CliProvider",
+    "external": "oar.providers.external.ExternalProvider",
 }
 
 

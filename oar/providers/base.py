@@ -29,13 +29,25 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class AgentSession:
+    """The agent's own id for this conversation (a cli agent's session, for resuming it)."""
+
+    id: str
+
+
+@dataclass(frozen=True)
+class OutputTruncated:
+    """The reply stopped at the output budget even after a continuation (SPEC §11)."""
+
+
+@dataclass(frozen=True)
 class TurnFailed:
     """The turn failed; `message` is the relay's failure text shown to agents."""
 
     message: str
 
 
-TurnEvent = TextDelta | Activity | Usage | TurnFailed
+TurnEvent = TextDelta | Activity | Usage | AgentSession | OutputTruncated | TurnFailed
 
 
 @dataclass
@@ -48,6 +60,13 @@ class TurnRequest:
     effort: str | None
     mode: str
     cwd: str | None
+    # `inline`: reasoning goes into one <thinking> block of the reply; `omit`: dropped.
+    thinking: str = "omit"
+    # The agent's own session id from an earlier turn (cli agents resume with it).
+    agent_session_id: str | None = None
+    # Connect and between-bytes timeouts for providers that call a server (SPEC §15).
+    connect_timeout: float = 10.0
+    read_timeout: float = 120.0
     history: Callable[[], list[dict[str, str]]] = list
 
 
@@ -62,6 +81,8 @@ class TurnControl:
     # Start a background task in the session's cwd; returns its id, raises ActionError when
     # it may not run (the owner setting allow_shell_tasks is off, a bad command).
     start_task: Callable[[str], str] = lambda _command: ""
+    # What an attached `external` agent posted for this turn, waiting up to the given seconds.
+    receive_external: Callable[[float], list[dict[str, Any]]] = lambda _seconds: []
 
     def sleep(self, seconds: float) -> bool:
         """Wait `seconds`; False (at once) when the turn is stopped meanwhile."""
@@ -77,6 +98,8 @@ class Provider:
     # Settings a provider honours; others are stored but said to be ignored (SPEC §5.9).
     supports_thinking = False
     supports_compact_window = False
+    # Billed per token: `usage` shows a monthly meter even without a cap.
+    metered = False
 
     def __init__(self, name: str, options: dict[str, Any], api_key: str | None = None) -> None:
         self.name = name
@@ -109,6 +132,10 @@ class Provider:
     @property
     def workspace(self) -> str:
         return self.options.get("workspace") or "folder"
+
+    def missing_configuration(self) -> str | None:
+        """What the provider still needs before it can run turns, or None."""
+        return None
 
     def run_turn(self, request: TurnRequest, control: TurnControl) -> Iterator[TurnEvent]:
         raise NotImplementedError

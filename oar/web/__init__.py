@@ -57,10 +57,11 @@ def create_app(config: Config | None = None) -> Flask:
         }
         return jsonify(body), 500
 
-    from oar.web import api, health, owner
+    from oar.web import api, external, health, owner
 
     app.register_blueprint(api.blueprint)
     app.register_blueprint(owner.blueprint)
+    app.register_blueprint(external.blueprint)
     app.register_blueprint(health.blueprint)
     return app
 

@@ -1,0 +1,218 @@
+"""subscribe, unsubscribe, list_subscriptions and transfer_subscriptions (SPEC §8.1, §8.4).
+
+Subscriptions only notify; they approve and answer nothing. This relay shows no approval
+cards yet: the first-watch card is not asked (the owner's "Agents may start and use
+sessions on this relay" switch stands for it), and `transfer_subscriptions`, which always
+needs a card, is refused (fails closed) — see docs/decisions.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oar import delivery, sessions, subscriptions
+from oar.actions.common import RELAY
+from oar.actions.dispatch import CallContext
+from oar.actions.registry import Param, action
+from oar.db import write_transaction
+from oar.errors import ActionError, invalid, not_found
+from oar.models import Session, Subscription
+from oar.quiet_hours import BadQuietHours, parse
+
+SUBSCRIBED_NOTHING = "Nothing was subscribed."
+UNSUBSCRIBED_NOTHING = "Nothing was unsubscribed."
+TRANSFERRED_NOTHING = "Nothing was transferred."
+EXCLUDE_NEEDS_ALL = 'exclude goes with sessions ["all"] only; a list of sessions names what it watches'
+MAX_SESSIONS_NAMED = 100
+
+
+@action(
+    "subscribe",
+    params={
+        "relay": RELAY,
+        "sessions": Param("list", required=True, description='session ids, or ["all"]'),
+        "events": Param("list", description="event kinds: " + ", ".join(delivery.EVENT_KINDS)),
+        "once": Param("bool"),
+        "match": Param("str", max_length=500, description="a case-insensitive substring or /regex/"),
+        "stalled_minutes": Param("int", minimum=1, maximum=1440),
+        "heartbeat_minutes": Param("int", minimum=5, maximum=1440),
+        "digest_minutes": Param("int", minimum=1, maximum=1440),
+        "quiet_hours": Param("object", description='{"from": "23:00", "to": "06:00", "tz": "Europe/Berlin"}'),
+        "exclude": Param("list", description='session ids left out of ["all"]'),
+    },
+    level="read",
+    writes=True,
+    relay_optional=True,
+    nothing=SUBSCRIBED_NOTHING,
+)
+def subscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Watch sessions: their events arrive in this conversation as relay event messages."""
+    caller = ctx.caller
+    scope, named = _sessions(ctx, args["sessions"])
+    exclude = _exclude(ctx, args.get("exclude"), scope)
+    events = _events(args.get("events"))
+    match = args.get("match")
+    if match and len(match) > 2 and match.startswith("/") and match.endswith("/"):
+        import re
+
+        try:
+            re.compile(match[1:-1])
+        except re.error as error:
+            raise invalid(f"match {match[:80]} is not a valid regular expression ({error}). {SUBSCRIBED_NOTHING}") from None
+    try:
+        quiet = parse(args["quiet_hours"]) if "quiet_hours" in args else None
+    except BadQuietHours as error:
+        raise invalid(f"{error}. {SUBSCRIBED_NOTHING}") from None
+    with write_transaction():
+        if subscriptions.active_of(caller.id).count() >= subscriptions.MAX_SUBSCRIPTIONS:
+            raise ActionError(
+                "REMOTE_RELAY_SUBSCRIPTION_LIMIT",
+                f"This conversation already has {subscriptions.MAX_SUBSCRIPTIONS} subscriptions; unsubscribe one "
+                f"first. {SUBSCRIBED_NOTHING}",
+            )
+        row = Subscription.create(
+            id=subscriptions.new_id(),
+            watcher=caller.id,
+            scope=scope,
+            sessions=[s.id for s in named],
+            exclude=exclude,
+            events=events,
+            once=bool(args.get("once")),
+            match=match,
+            stalled_minutes=args.get("stalled_minutes", 15),
+            heartbeat_minutes=args.get("heartbeat_minutes"),
+            digest_minutes=args.get("digest_minutes"),
+            quiet_hours=quiet.as_dict() if quiet else None,
+            hops=ctx.hops(),
+            created_at=ctx.now,
+        )
+        row.idle = not subscriptions.busy(subscriptions.watched_ids(row))
+        row.save()
+    view = subscriptions.view(row)
+    watched = "all sessions" if scope == "all" else f"{len(named)} session{'s' if len(named) != 1 else ''}"
+    return {
+        "summary": f"subscribe → {ctx.relay_name}: {row.id} watches {watched} for {', '.join(events)}",
+        "subscription_id": row.id,
+        "subscription": view,
+    }
+
+
+def _sessions(ctx: CallContext, given: list[Any]) -> tuple[str, list[Session]]:
+    if any(not isinstance(item, str) or not item.strip() for item in given):
+        raise invalid(f'sessions must be a list of session ids, or ["all"]. {SUBSCRIBED_NOTHING}')
+    if [item.strip().lower() for item in given] == ["all"]:
+        return "all", []
+    if any(item.strip().lower() == "all" for item in given):
+        raise invalid(f'sessions takes ["all"] alone or a list of session ids. {SUBSCRIBED_NOTHING}')
+    if len(given) > MAX_SESSIONS_NAMED:
+        raise invalid(f"sessions names {len(given)} sessions; the limit is {MAX_SESSIONS_NAMED}. {SUBSCRIBED_NOTHING}")
+    named: dict[str, Session] = {}
+    for reference in given:
+        if sessions.is_same(reference, ctx.caller):
+            raise ActionError(
+                "REMOTE_RELAY_OWN_SESSION",
+                f"A conversation's own session is never watched; leave {ctx.caller.id[:8]} out. {SUBSCRIBED_NOTHING}",
+            )
+        session = sessions.resolve(reference, ctx.relay_name, SUBSCRIBED_NOTHING)
+        if session.archived:
+            raise not_found(f"Session {session.id[:8]} is archived. {SUBSCRIBED_NOTHING}")
+        named[session.id] = session
+    return "sessions", list(named.values())
+
+
+def _exclude(ctx: CallContext, given: list[Any] | None, scope: str) -> list[str]:
+    if not given:
+        return []
+    if scope != "all":
+        raise invalid(f"{EXCLUDE_NEEDS_ALL}. {SUBSCRIBED_NOTHING}")
+    if any(not isinstance(item, str) or not item.strip() for item in given) or len(given) > MAX_SESSIONS_NAMED:
+        raise invalid(f"exclude must be a list of session ids. {SUBSCRIBED_NOTHING}")
+    return list(dict.fromkeys(sessions.resolve(item, ctx.relay_name, SUBSCRIBED_NOTHING).id for item in given))
+
+
+def _events(given: list[Any] | None) -> list[str]:
+    if not given:
+        return list(delivery.DEFAULT_EVENTS)
+    unknown = [item for item in given if not isinstance(item, str) or item.strip().lower() not in delivery.EVENT_KINDS]
+    if unknown:
+        shown = ", ".join(repr(item)[:40] for item in unknown[:5])
+        raise invalid(f"Unknown events: {shown}. Events: {', '.join(delivery.EVENT_KINDS)}. {SUBSCRIBED_NOTHING}")
+    return list(dict.fromkeys(item.strip().lower() for item in given))
+
+
+@action(
+    "unsubscribe",
+    params={"relay": RELAY, "subscription_id": Param("str", required=True, max_length=64, description='an id sub_…, or "all"')},
+    level="read",
+    writes=True,
+    relay_optional=True,
+    nothing=UNSUBSCRIBED_NOTHING,
+)
+def unsubscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    """End one of this conversation's subscriptions, or all of them."""
+    wanted = args["subscription_id"].strip()
+    active = subscriptions.active_of(ctx.caller.id)
+    if wanted.lower() == "all":
+        rows = list(active)
+    else:
+        row = Subscription.get_or_none((Subscription.id == wanted) & (Subscription.watcher == ctx.caller.id))
+        if row is None:
+            raise not_found(f'This conversation has no subscription "{wanted[:64]}". {UNSUBSCRIBED_NOTHING}')
+        rows = [row]
+    ended = []
+    with write_transaction():
+        for row in rows:
+            if subscriptions.end(row, "unsubscribed", ctx.now):
+                ended.append(row.id)
+    result: dict[str, Any] = {
+        "summary": f"unsubscribe → {ctx.relay_name}: {len(ended)} ended",
+        "ended": ended,
+        "subscriptions": [subscriptions.view(Subscription.get_by_id(row.id)) for row in rows],
+    }
+    if wanted.lower() != "all" and not ended:
+        result["note"] = f"The subscription had already ended ({rows[0].end_reason}); nothing changed."
+    return result
+
+
+@action(
+    "list_subscriptions",
+    params={"relay": RELAY, "watcher": Param("str", max_length=64, description="another conversation's session id")},
+    level="read",
+    relay_optional=True,
+)
+def list_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    """This conversation's subscriptions (or another's with watcher), and those ended within the hour."""
+    watcher = ctx.caller
+    if args.get("watcher"):
+        watcher = sessions.resolve(args["watcher"], ctx.relay_name)
+    rows = subscriptions.listed_for(watcher.id, ctx.now, ctx.runtime.time("SUBSCRIPTION_ENDED_LISTED_SECONDS"))
+    listed = [subscriptions.view(row) for row in rows]
+    active = sum(1 for entry in listed if "endedAt" not in entry)
+    return {
+        "summary": f"list_subscriptions → {ctx.relay_name}: {active} active, {len(listed) - active} ended within the hour",
+        "watcher": watcher.id,
+        "subscriptions": listed,
+    }
+
+
+@action(
+    "transfer_subscriptions",
+    params={"relay": RELAY, "from": Param("str", required=True, max_length=64, description="a conversation's session id")},
+    level="read",
+    writes=True,
+    relay_optional=True,
+    nothing=TRANSFERRED_NOTHING,
+)
+def transfer_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
+    """Move every subscription of another conversation to this one (always an approval card)."""
+    source = sessions.resolve(args["from"], ctx.relay_name, TRANSFERRED_NOTHING)
+    if source.id == ctx.caller.id:
+        raise ActionError(
+            "REMOTE_RELAY_OWN_SESSION", f"These subscriptions are already this conversation's. {TRANSFERRED_NOTHING}"
+        )
+    # Always a card (SPEC §6); this relay shows no approval cards yet, so it fails closed.
+    raise ActionError(
+        "REMOTE_RELAY_APPROVAL_DENIED",
+        "Moving subscriptions between conversations needs the user's approval on a card, and this relay does not "
+        f"show approval cards yet. Ask the user to move them from the relay's page. {TRANSFERRED_NOTHING}",
+    )

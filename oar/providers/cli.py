@@ -1,0 +1,184 @@
+"""`cli`: a command-line agent run once per turn in the session's folder (SPEC §11).
+
+The owner configures `command`, an argument list (never a shell line) with placeholders
+`{prompt}`, `{model}`, `{effort}`, `{cwd}`, `{session}` (the relay's session id), and
+optionally `resume_args`, appended when the agent reported its own session id on an earlier
+turn (`{agent_session}`), e.g. a coding agent's non-interactive mode:
+
+    "command": ["claude", "-p", "{prompt}", "--output-format", "stream-json", "--verbose"],
+    "resume_args": ["--resume", "{agent_session}"]
+
+Its output is read line by line: JSON lines in the stream-json shape (`system`/`init` and
+`result` carry `session_id`; `assistant` messages carry `text` and `tool_use` blocks;
+`result` carries `usage` and `is_error`) become text, tool activity and usage; other lines
+are plain reply text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from oar.providers.base import (
+    Activity,
+    AgentSession,
+    Provider,
+    TextDelta,
+    TurnControl,
+    TurnEvent,
+    TurnFailed,
+    TurnRequest,
+    Usage,
+)
+
+# Lines of the agent's standard error kept for a failure message.
+STDERR_LINES = 20
+# A stopped agent gets SIGTERM, then SIGKILL after this long.
+KILL_GRACE_SECONDS = 3.0
+PLACEHOLDERS = ("prompt", "model", "effort", "cwd", "session", "agent_session")
+
+
+@dataclass(frozen=True)
+class CliFailure:
+    message: str
+
+
+class CliLineParser:
+    """Pure: one output line in, turn events out."""
+
+    def __init__(self) -> None:
+        self.wrote_text = False
+        self.result_text: str | None = None
+
+    def feed(self, line: str) -> list[TurnEvent | CliFailure]:
+        stripped = line.strip()
+        if not stripped:
+            return [TextDelta("\n")] if self.wrote_text else []
+        try:
+            item = json.loads(stripped)
+        except ValueError:
+            item = None
+        if not isinstance(item, dict) or "type" not in item:
+            return self._text(line.rstrip("\n") + "\n")
+        kind = item["type"]
+        out: list[TurnEvent | CliFailure] = []
+        if kind == "system" and item.get("session_id"):
+            out.append(AgentSession(str(item["session_id"])))
+        elif kind == "assistant":
+            for block in (item.get("message") or {}).get("content") or []:
+                if block.get("type") == "text" and block.get("text"):
+                    out.extend(self._text(block["text"]))
+                elif block.get("type") == "tool_use":
+                    out.append(Activity(f"{block.get('name', 'tool')} {_short(block.get('input'))}".strip()))
+        elif kind == "result":
+            if item.get("session_id"):
+                out.append(AgentSession(str(item["session_id"])))
+            usage = item.get("usage") or {}
+            if usage:
+                tokens_in = sum(int(usage.get(key) or 0) for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
+                out.append(Usage(tokens_in, int(usage.get("output_tokens") or 0)))
+            if item.get("is_error"):
+                out.append(CliFailure(str(item.get("result") or item.get("subtype") or "the agent reported an error")))
+            elif not self.wrote_text and item.get("result"):
+                out.extend(self._text(str(item["result"])))
+        return out
+
+    def _text(self, text: str) -> list[TurnEvent | CliFailure]:
+        self.wrote_text = True
+        return [TextDelta(text)]
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False) if value is not None else ""
+    return text[:80] + ("…" if len(text) > 80 else "")
+
+
+def render(template: list[str], values: dict[str, str]) -> list[str]:
+    """The argument list with placeholders filled; each argument stays one argument."""
+    rendered = []
+    for argument in template:
+        for name in PLACEHOLDERS:
+            argument = argument.replace("{" + name + "}", values.get(name, ""))
+        rendered.append(argument)
+    return rendered
+
+
+class CliProvider(Provider):
+    kind = "cli"
+
+    def missing_configuration(self) -> str | None:
+        command = self.options.get("command")
+        if not command:
+            return f'Provider "{self.name}" has no command.'
+        return None
+
+    def run_turn(self, request: TurnRequest, control: TurnControl) -> Iterator[TurnEvent]:
+        missing = self.missing_configuration()
+        if missing:
+            yield TurnFailed(missing)
+            return
+        values = {
+            "prompt": request.prompt, "model": request.model or self.default_model or "", "effort": request.effort or "",
+            "cwd": request.cwd or "", "session": request.session_id, "agent_session": request.agent_session_id or "",
+        }
+        arguments = render(list(self.options["command"]), values)
+        if request.agent_session_id and self.options.get("resume_args"):
+            arguments += render(list(self.options["resume_args"]), values)
+        try:
+            process = subprocess.Popen(
+                arguments, cwd=request.cwd or None, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
+            )
+        except OSError as error:
+            yield TurnFailed(f'Provider "{self.name}" could not start {arguments[0]!r}: {error.strerror or error}.')
+            return
+        stderr: deque[str] = deque(maxlen=STDERR_LINES)
+        readers = [
+            threading.Thread(target=lambda: stderr.extend(process.stderr), daemon=True),  # type: ignore[arg-type]
+            threading.Thread(target=_stop_when_cancelled, args=(process, control), daemon=True),
+        ]
+        for reader in readers:
+            reader.start()
+        parser = CliLineParser()
+        failure: str | None = None
+        assert process.stdout is not None
+        for line in process.stdout:
+            for event in parser.feed(line):
+                if isinstance(event, CliFailure):
+                    failure = event.message
+                else:
+                    yield event
+        code = process.wait()
+        readers[0].join(timeout=5)
+        if control.cancelled.is_set():
+            return
+        if failure is not None:
+            yield TurnFailed(f'The {self.name} agent reported an error: {failure[:500]}')
+        elif code != 0:
+            tail = " ".join("".join(stderr).split())[-500:]
+            yield TurnFailed(f"The {self.name} agent exited with status {code}" + (f": {tail}" if tail else "."))
+
+
+def _stop_when_cancelled(process: subprocess.Popen[str], control: TurnControl) -> None:
+    while process.poll() is None:
+        if control.cancelled.wait(0.1):
+            _signal_group(process, signal.SIGTERM)
+            try:
+                process.wait(timeout=KILL_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                _signal_group(process, signal.SIGKILL)
+            return
+
+
+def _signal_group(process: subprocess.Popen[str], signum: int) -> None:
+    try:
+        os.killpg(process.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass

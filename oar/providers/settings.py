@@ -1,0 +1,140 @@
+"""Provider configuration from the owner (SPEC §16): checking it, discovering models, saving it.
+
+`api_key` is write-only: it is stored, never returned, logged or quoted in an error. A PUT
+without `api_key` keeps the stored key, since no client can send back what it never sees.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import urlparse
+
+from oar.actions.args import check_fields
+from oar.actions.registry import Param
+from oar.db import write_transaction
+from oar.errors import invalid
+from oar.models import Provider as ProviderRow
+from oar.providers import PROVIDER_KINDS
+from oar.providers.discovery import DISCOVERABLE_KINDS, discover_models
+
+NOTHING = "Nothing was changed."
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+# Every kind SPEC §16 names; those not in PROVIDER_KINDS are refused as not available yet.
+SPEC_KINDS = ("echo", "chat", "responses", "anthropic", "runs", "cli", "external")
+NEEDS_BASE_URL = ("chat", "responses", "anthropic", "runs")
+MAX_MODELS = 500
+
+FIELDS = {
+    "kind": Param("str", required=True, choices=SPEC_KINDS),
+    "base_url": Param("str", max_length=2000, description="the API's URL including its version path, e.g. http://127.0.0.1:11434/v1"),
+    "api_key": Param("str", max_length=4000),
+    "models": Param("list"),
+    "default_model": Param("str", max_length=200),
+    "efforts": Param("list"),
+    "monthly_token_cap": Param("int", minimum=1, maximum=10**13),
+    "family": Param("str", max_length=64),
+    "billing": Param("str", choices=("subscription", "api_key")),
+    "workspace": Param("str", choices=("folder", "repo")),
+    "dotted_model_ids": Param("bool"),
+    "position": Param("int", minimum=0, maximum=1_000_000),
+    "command": Param("list", description='cli: the argument list, e.g. ["agent", "-p", "{prompt}"]'),
+    "resume_args": Param("list", description='cli: arguments added when resuming, e.g. ["--resume", "{agent_session}"]'),
+}
+
+
+def check(name: str, payload: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
+    """(kind, options, api_key or None) of a PUT body; raises INVALID_INPUT naming the problem."""
+    if not NAME.match(name):
+        raise invalid(
+            f'Provider name "{name[:64]}" must be 1–64 letters, digits, ".", "_" or "-", starting with a letter or digit. {NOTHING}'
+        )
+    args, _ = check_fields("provider", FIELDS, payload, strict=True, nothing=NOTHING)
+    kind = args["kind"]
+    if kind not in PROVIDER_KINDS:
+        raise invalid(
+            f'Provider kind "{kind}" is not available on this relay yet. Available: {", ".join(PROVIDER_KINDS)}. {NOTHING}'
+        )
+    options: dict[str, Any] = {key: value for key, value in args.items() if key not in ("kind", "api_key", "position")}
+    if "base_url" in options:
+        options["base_url"] = _checked_url(options["base_url"].strip())
+    elif kind in NEEDS_BASE_URL:
+        raise invalid(f"A {kind} provider needs base_url (the API's URL including its version path, e.g. https://api.example.com/v1). {NOTHING}")
+    for key in ("command", "resume_args"):
+        if key in options:
+            if kind != "cli":
+                raise invalid(f"provider: {key} is for cli providers only. {NOTHING}")
+            options[key] = _checked_arguments(key, options[key])
+    if kind == "cli" and "command" not in options:
+        raise invalid(f'A cli provider needs command, an argument list such as ["agent", "-p", "{{prompt}}"]. {NOTHING}')
+    for key in ("models", "efforts"):
+        if key in options:
+            options[key] = _checked_ids(key, options[key])
+    if "default_model" in options and options.get("models") and options["default_model"] not in options["models"]:
+        raise invalid(
+            f"provider: default_model '{options['default_model'][:100]}' is not in models ({', '.join(options['models'][:20])}). {NOTHING}"
+        )
+    return kind, options, args.get("api_key")
+
+
+def _checked_url(url: str) -> str:
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise invalid(f'provider: base_url must be an http:// or https:// URL; got "{url[:200]}". {NOTHING}')
+    if parsed.username or parsed.password or parsed.query or parsed.fragment:
+        raise invalid(f"provider: base_url must not hold credentials, a query or a fragment (the API key goes in api_key). {NOTHING}")
+    return url.rstrip("/")
+
+
+def _checked_arguments(key: str, values: list[Any]) -> list[str]:
+    if len(values) > 100 or not all(isinstance(value, str) and len(value) <= 10_000 for value in values):
+        raise invalid(f"provider: {key} must be a list of at most 100 arguments (text). {NOTHING}")
+    if key == "command" and not values[0].strip():
+        raise invalid(f"provider: command must start with the program to run. {NOTHING}")
+    return list(values)
+
+
+def _checked_ids(key: str, values: list[Any]) -> list[str]:
+    if len(values) > MAX_MODELS:
+        raise invalid(f"provider: {key} lists {len(values)} entries; the limit is {MAX_MODELS}. {NOTHING}")
+    ids: list[str] = []
+    for value in values:
+        if not isinstance(value, str) or not value.strip() or len(value) > 200:
+            raise invalid(f"provider: {key} must be a list of ids (text of 1–200 characters); got {repr(value)[:80]}. {NOTHING}")
+        if value.strip() not in ids:
+            ids.append(value.strip())
+    return ids
+
+
+def save(name: str, payload: dict[str, Any]) -> tuple[ProviderRow, str | None]:
+    """Create or replace a provider; returns the row and a note when models were not discovered."""
+    kind, options, api_key = check(name, payload)
+    existing = ProviderRow.get_or_none(ProviderRow.name == name)
+    key = api_key if api_key is not None else (existing.api_key if existing else None)
+    note = None
+    if kind in DISCOVERABLE_KINDS and not options.get("models"):
+        # Outside any transaction: an HTTP call never holds the database.
+        found = discover_models(kind, options["base_url"], key)
+        options["models"], note = found.models, found.note
+        if options.get("default_model") and found.models and options["default_model"] not in found.models:
+            raise invalid(
+                f"provider: default_model '{options['default_model'][:100]}' is not among the models the server lists "
+                f"({', '.join(found.models[:20])}). {NOTHING}"
+            )
+    position = payload.get("position")
+    with write_transaction():
+        if existing is None:
+            if not isinstance(position, int):
+                position = (ProviderRow.select().count() or 0)
+            ProviderRow.create(name=name, kind=kind, options=options, api_key=key, position=position)
+        else:
+            values: dict[str, Any] = {"kind": kind, "options": options, "api_key": key}
+            if isinstance(position, int):
+                values["position"] = position
+            ProviderRow.update(**values).where(ProviderRow.name == name).execute()
+    return ProviderRow.get_by_id(name), note
+
+
+def delete(name: str) -> bool:
+    with write_transaction():
+        return bool(ProviderRow.delete().where(ProviderRow.name == name).execute())

@@ -1,0 +1,80 @@
+"""The API of an attached `external` agent process (SPEC §11), with the session's agent token:
+
+- `GET /api/v1/external/next?wait_seconds=N` — long-poll for the turn to work on:
+  `{turn: {id, text, model, effort, mode, cwd}}`, or `{turn: null}` when none came in time;
+- `POST /api/v1/external/turns/<id>` `{text?, activity?, usage?, done?, error?}` — stream the
+  reply; the answer says `stop: true` once the turn is no longer running (stopped, timed out).
+"""
+
+from __future__ import annotations
+
+import time
+
+from flask import Blueprint, jsonify, request
+
+from oar import external, providers
+from oar.actions.args import check_fields
+from oar.actions.registry import Param
+from oar.db import release_connection
+from oar.errors import invalid, not_found
+from oar.models import Message, Session
+from oar.web import runtime
+from oar.web.auth import require_agent
+
+blueprint = Blueprint("external", __name__, url_prefix="/api/v1/external")
+
+# The longest long poll, and how often it looks for a turn meanwhile.
+MAX_POLL_SECONDS = 60
+POLL_EVERY_SECONDS = 0.1
+POST_FIELDS = {
+    "text": Param("str", max_length=100_000),
+    "activity": Param("str", max_length=500),
+    "usage": Param("object"),
+    "done": Param("bool"),
+    "error": Param("str", max_length=2000),
+}
+
+
+def _external_session() -> Session:
+    session = require_agent()
+    provider = providers.get(session.provider)
+    if provider is None or provider.kind != "external":
+        raise invalid(f"Session {session.id[:8]} runs on {session.provider}, not on an external provider. Nothing was done.")
+    return session
+
+
+@blueprint.get("/next")
+def next_turn():  # type: ignore[no-untyped-def]
+    session = _external_session()
+    try:
+        wait = min(max(float(request.args.get("wait_seconds", 30)), 0.0), MAX_POLL_SECONDS)
+    except ValueError:
+        raise invalid("wait_seconds must be a number of seconds. Nothing was done.") from None
+    deadline = time.monotonic() + wait
+    while True:
+        turn = external.running_turn(Session.get_by_id(session.id))
+        if turn is not None:
+            return jsonify({"ok": True, "turn": {
+                "id": turn.id, "text": turn.text, "model": turn.model, "effort": turn.effort,
+                "mode": turn.mode or session.mode, "cwd": session.cwd,
+            }})
+        release_connection()  # a long poll holds no database connection
+        if time.monotonic() >= deadline:
+            return jsonify({"ok": True, "turn": None})
+        time.sleep(POLL_EVERY_SECONDS)
+
+
+@blueprint.post("/turns/<turn_id>")
+def post_to_turn(turn_id: str):  # type: ignore[no-untyped-def]
+    session = _external_session()
+    body = request.get_json(force=True, silent=True)
+    if not isinstance(body, dict):
+        raise invalid("The body must be a JSON object: {text?, activity?, usage?, done?, error?}. Nothing was posted.")
+    args, _ = check_fields("external post", POST_FIELDS, body, strict=True, nothing="Nothing was posted.")
+    turn = Message.get_or_none((Message.id == turn_id) & (Message.session == session.id))
+    if turn is None:
+        raise not_found(f"Session {session.id[:8]} has no turn {turn_id[:64]}. Nothing was posted.")
+    if turn.status not in external.OPEN or turn.stop_requested:
+        return jsonify({"ok": True, "stop": True, "status": turn.status})
+    external.post(runtime(), turn.id, args)
+    return jsonify({"ok": True, "stop": False, "status": turn.status})

@@ -1,0 +1,51 @@
+"""A fake command-line coding agent: `cli_agent.py <prompt> [--resume <id>]`.
+
+Prints stream-json lines as a coding agent's non-interactive mode does: `system`/`init`
+with its session id, an `assistant` message with text and a `tool_use` block, and a
+`result` with usage. `#fail` exits 3 with an error on stderr, `#error` reports an error
+result, `#sleep` waits (for stop tests), `#plain` prints plain text lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+import time
+
+
+def emit(item: dict[str, object]) -> None:
+    print(json.dumps(item), flush=True)
+
+
+def main() -> int:
+    prompt = sys.argv[1]
+    resumed = sys.argv[sys.argv.index("--resume") + 1] if "--resume" in sys.argv else None
+    session_id = resumed or "agent-" + secrets.token_hex(4)
+    if "#fail" in prompt:
+        print("fatal: the agent's configuration is broken", file=sys.stderr)
+        return 3
+    if "#plain" in prompt:
+        print("plain line one")
+        print("plain line two")
+        return 0
+    emit({"type": "system", "subtype": "init", "session_id": session_id, "cwd": os.getcwd()})
+    if "#sleep" in prompt:
+        emit({"type": "assistant", "message": {"content": [{"type": "text", "text": "sleeping "}]}})
+        time.sleep(60)
+    if "#error" in prompt:
+        emit({"type": "result", "subtype": "error_during_execution", "is_error": True, "result": "tool budget exhausted", "session_id": session_id})
+        return 1
+    text = f"cli: {prompt} in {os.getcwd()}" + (f" resumed {resumed}" if resumed else "")
+    emit({"type": "assistant", "message": {"content": [
+        {"type": "text", "text": text},
+        {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}},
+    ]}})
+    emit({"type": "result", "subtype": "success", "is_error": False, "result": text, "session_id": session_id,
+          "usage": {"input_tokens": 5, "output_tokens": 4}})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

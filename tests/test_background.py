@@ -1,0 +1,48 @@
+"""A session that answered but keeps working in the background reports `done` only after
+its tasks have been quiet for a while (SPEC §7; 1 s in tests, 10 s by default)."""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from oar.background import quiet_at
+from tests.conftest import Agent, Relay
+
+T0 = datetime(2026, 11, 30, 9, 0, 0)
+
+
+def test_quiet_is_counted_from_the_answer_and_the_last_output() -> None:
+    assert quiet_at(T0, [], 10) == T0 + timedelta(seconds=10)
+    assert quiet_at(T0, [T0 - timedelta(minutes=5)], 10) == T0 + timedelta(seconds=10)
+    later = T0 + timedelta(seconds=42)
+    assert quiet_at(T0, [T0 + timedelta(seconds=3), later], 10) == later + timedelta(seconds=10)
+
+
+def test_a_session_still_writing_output_reports_running_with_its_reply(
+    relay: Relay, desk: Agent, tmp_path: Path
+) -> None:
+    relay.settings(allow_shell_tasks=True)
+    script = tmp_path / "job.py"  # prints a line every 0.3 s for about 4 s, then ends
+    script.write_text("import time\nfor i in range(14):\n    print(i, flush=True)\n    time.sleep(0.3)\n")
+    command = f"!task {sys.executable} {script}"
+    created = desk.ok("create_session", relay="this", text=f"start the job\n{command}", wait_seconds=2)
+    assert created["status"] == "running", created
+    assert created["firstReply"]["text"].startswith("echo: start the job")
+    assert created["reply"] == created["firstReply"]
+    assert created["background"]["running"] == 1
+    assert created["background"]["tasks"][0]["status"] == "running"
+    assert "still working in the background" in created["note"]
+    done = desk.ok("wait", relay="this", session=created["session"], message_id=created["message_id"], wait_seconds=30)
+    assert done["status"] == "done" and "background" not in done
+    assert done["reply"]["text"] == created["reply"]["text"]
+
+
+def test_a_quiet_task_lets_the_session_report_done(relay: Relay, desk: Agent) -> None:
+    relay.settings(allow_shell_tasks=True)
+    created = desk.ok("create_session", relay="this", text="!task sleep 30", wait_seconds=20)
+    assert created["status"] == "done"
+    read = desk.ok("read_session", relay="this", session=created["session"])
+    assert read["state"] == "background_only"
+    desk.ok("archive", relay="this", session=created["session"])

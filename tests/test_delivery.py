@@ -1,0 +1,103 @@
+"""The pure delivery decisions (SPEC §8.3): windows, urgency, the hourly cap, digests, quiet hours."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oar import delivery
+from oar.quiet_hours import parse
+
+T0 = datetime(2026, 6, 1, 12, 0)
+TIMING = delivery.Timing()
+
+
+def test_it_opens_a_window_and_the_next_event_joins_it() -> None:
+    rules = [delivery.Rules("sub_a", T0)]
+    due, reason, _ = delivery.due_for(rules, "turn_end", T0, [], 0, TIMING)
+    assert (due, reason) == (T0 + timedelta(seconds=30), delivery.WINDOW)
+    held = [delivery.Held(1, due, reason)]
+    assert delivery.due_for(rules, "turn_end", T0 + timedelta(seconds=10), held, 0, TIMING)[0] == due
+
+
+def test_urgent_events_come_at_once_and_take_the_window_along() -> None:
+    held = [delivery.Held(1, T0 + timedelta(seconds=30), delivery.WINDOW)]
+    due, reason, _ = delivery.due_for([delivery.Rules("sub_a", T0)], "error", T0, held, 99, TIMING)
+    assert (due, reason) == (T0, delivery.URGENT)
+    assert [h.key for h in delivery.batch([*held, delivery.Held(2, T0, reason, True)], T0)] == [1, 2]
+
+
+def test_over_twenty_wakeups_an_hour_the_rest_come_every_ten_minutes() -> None:
+    due, reason, _ = delivery.due_for([delivery.Rules("sub_a", T0)], "turn_end", T0, [], 20, TIMING)
+    assert (due, reason) == (T0 + timedelta(minutes=10), delivery.CAP)
+
+
+def test_digest_minutes_and_quiet_hours_and_the_first_subscription_that_lets_it_through() -> None:
+    digest = delivery.Rules("sub_d", T0, digest_minutes=30)
+    assert delivery.due_for([digest], "turn_end", T0, [], 0, TIMING)[:2] == (T0 + timedelta(minutes=30), delivery.DIGEST)
+    night = delivery.Rules("sub_q", T0, quiet=parse({"from": "11:00", "to": "15:00", "tz": "UTC"}))
+    assert delivery.due_for([night], "turn_end", T0, [], 0, TIMING)[:2] == (datetime(2026, 6, 1, 15, 0), delivery.QUIET)
+    plain = delivery.Rules("sub_p", T0)
+    assert delivery.due_for([digest, night, plain], "turn_end", T0, [], 0, TIMING)[2] == "sub_p"
+    assert delivery.due_for([night], "question_asked", T0, [], 0, TIMING)[:2] == (T0, delivery.URGENT)
+
+
+def test_the_digest_line_reads_like_the_spec() -> None:
+    rules = delivery.Rules("sub_d", T0, digest_minutes=30)
+    assert delivery.digest_line(4, {delivery.DIGEST}, [rules], None) == (
+        "Digest of 4 events (subscription sub_d every 30 min; questions and errors come at once):"
+    )
+    assert delivery.digest_line(1, {delivery.DIGEST}, [rules], None) is None
+    quiet = parse({"from": "23:00", "to": "06:00", "tz": "Europe/Berlin"})
+    assert delivery.digest_line(3, {delivery.QUIET}, [], quiet) == (
+        "Held during quiet hours (23:00–06:00 Europe/Berlin): 3 events, delivered now that the window has "
+        "ended; questions and errors came at once."
+    )
+
+
+kinds = st.sampled_from(delivery.EVENT_KINDS)
+options = st.builds(
+    lambda digest, quiet_start: delivery.Rules(
+        "sub_x", T0, digest_minutes=digest,
+        quiet=parse({"from": f"{quiet_start:02d}:00", "to": f"{(quiet_start + 3) % 24:02d}:00", "tz": "Europe/Berlin"})
+        if quiet_start is not None else None,
+    ),
+    st.none() | st.integers(1, 120),
+    st.none() | st.integers(0, 23),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 7200), kinds), max_size=40), st.lists(options, min_size=1, max_size=3))
+def test_no_event_is_lost_or_delivered_twice(stream: list[tuple[int, str]], subscriptions: list[delivery.Rules]) -> None:
+    """Random event streams and options, delivered by stepping time: each event exactly once,
+    never before it arrived, urgent ones at once."""
+    arrivals = sorted(stream)
+    held: list[delivery.Held] = []
+    delivered: dict[int, datetime] = {}
+    wakeups: list[datetime] = []
+    moments = sorted({T0 + timedelta(seconds=s) for s, _ in arrivals})
+
+    def deliver_until(limit: datetime) -> None:
+        while held and (nxt := delivery.next_due(held)) is not None and nxt <= limit:
+            for item in delivery.batch(held, nxt):
+                assert item.key not in delivered
+                delivered[item.key] = nxt
+                held.remove(item)
+            wakeups.append(nxt)
+
+    for key, (offset, kind) in enumerate(arrivals):
+        now = T0 + timedelta(seconds=offset)
+        deliver_until(now)
+        count = delivery.wakeups_in_hour(wakeups, now, TIMING)
+        due, reason, _ = delivery.due_for(subscriptions, kind, now, held, count, TIMING)
+        assert due >= now
+        held.append(delivery.Held(key, due, reason, kind in delivery.URGENT_KINDS))
+        deliver_until(now if kind in delivery.URGENT_KINDS else now - timedelta(microseconds=1))
+        if kind in delivery.URGENT_KINDS:
+            assert delivered[key] == now
+    deliver_until(datetime.max)
+    assert sorted(delivered) == list(range(len(arrivals)))
+    assert moments == [] or min(delivered.values(), default=moments[0]) >= moments[0]

@@ -1,0 +1,84 @@
+"""Watching sessions over real HTTP with real workers (SPEC §8): subscribe, events, delivery."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.conftest import Agent, Relay, poll
+from tests.test_questions import event_lines
+
+
+def watcher_events(relay: Relay, agent: Agent) -> list[str]:
+    return event_lines(relay, agent.session_id)
+
+
+def test_it_delivers_events_of_two_sessions_in_one_message_read_back_with_read_session(relay: Relay, desk: Agent) -> None:
+    first = desk.ok("create_session", relay="this", text="build it", title="Build", wait_seconds=0)
+    second = desk.ok("create_session", relay="this", text="review it", title="Review", wait_seconds=0)
+    for body in (first, second):
+        desk.ok("wait", relay="this", session=body["session"], message_id=body["message_id"], wait_seconds=30)
+    watcher = relay.conversation("watcher")
+    subscribed = watcher.ok("subscribe", sessions=[first["session"], second["session"]], events=["turn_end"])
+    sub = subscribed["subscription"]
+    assert sub["id"].startswith("sub_") and sub["scope"] == "sessions"
+    assert sub["sessions"] == [{"id": first["session"], "title": "Build"}, {"id": second["session"], "title": "Review"}]
+    desk.ok("send", relay="this", session=first["session"], text="step two", wait_seconds=0)
+    desk.ok("send", relay="this", session=second["session"], text="step three", wait_seconds=0)
+    [message] = poll("one delivered message", lambda: watcher_events(relay, watcher), seconds=30)
+    lines = message.splitlines()
+    assert lines[0] == "[relay event · automated message from OAR, not from the user; it approves nothing]"
+    assert sorted(lines[1:]) == sorted([
+        f'[relay event] session "Build" ({first["session"][:4]}…): turn_end (done) "echo: step two"',
+        f'[relay event] session "Review" ({second["session"][:4]}…): turn_end (done) "echo: step three"',
+    ])
+    read = desk.ok("read_session", relay="this", session=watcher.session_id)
+    assert any(m.get("text", "").startswith("[relay event ·") for m in read["messages"]), read
+    listed = watcher.ok("list_subscriptions")["subscriptions"]
+    assert listed[0]["heldCount"] == 0 and listed[0]["nextDeliveryAt"] is None
+
+
+def test_a_question_is_urgent_and_once_ends_the_subscription(relay: Relay, desk: Agent) -> None:
+    body = desk.ok("create_session", relay="this", text="hello", title="Asker", wait_seconds=30)
+    watcher = relay.conversation("watcher")
+    sub = watcher.ok("subscribe", sessions=[body["session"]], once=True)["subscription"]
+    assert sub["events"] == ["question_asked", "error", "turn_end", "subagent_finished", "task_failed", "stalled", "all_idle"]
+    desk.ok("send", relay="this", session=body["session"], text="!ask Ship it? | Yes | No", wait_seconds=0)
+    [message] = poll("the question delivered", lambda: watcher_events(relay, watcher), seconds=30)
+    assert 'question_asked q_' in message and '"Ship it?"' in message
+    [ended] = watcher.ok("list_subscriptions")["subscriptions"]
+    assert ended["endReason"] == "fired" and ended["endedAt"]
+
+
+def test_own_waited_prompts_do_not_wake_the_watcher_twice(relay: Relay, desk: Agent) -> None:
+    body = desk.ok("create_session", relay="this", text="hello", title="Helper", wait_seconds=30)
+    desk.ok("subscribe", sessions=[body["session"]], events=["turn_end"])
+    done = desk.ok("send", relay="this", session=body["session"], text="waited", wait_seconds=30)
+    assert done["status"] == "done"
+    owner = relay.conversation("owner-side")
+    owner.ok("send", relay="this", session=body["session"], text="not mine", wait_seconds=30)
+    [message] = poll("only the other turn delivered", lambda: watcher_events(relay, desk), seconds=30)
+    assert '"echo: not mine"' in message and "waited" not in message
+
+
+def test_archiving_a_named_session_ends_the_subscription(relay: Relay, desk: Agent) -> None:
+    body = desk.ok("create_session", relay="this", text="hello", title="Gone", wait_seconds=30)
+    watcher = relay.conversation("watcher")
+    watcher.ok("subscribe", sessions=[body["session"]])
+    watcher.ok("subscribe", sessions=["all"], exclude=[body["session"]])
+    desk.ok("archive", relay="this", session=body["session"])
+    listed: list[dict[str, Any]] = watcher.ok("list_subscriptions")["subscriptions"]
+    assert [entry.get("endReason") for entry in listed] == ["archived", None]
+
+
+def test_unsubscribe_all_and_transfer_fails_closed(relay: Relay, desk: Agent) -> None:
+    body = desk.ok("create_session", relay="this", text="hello", wait_seconds=30)
+    watcher = relay.conversation("watcher")
+    for _ in range(2):
+        watcher.ok("subscribe", sessions=[body["session"]])
+    assert len(watcher.ok("unsubscribe", subscription_id="all")["ended"]) == 2
+    assert [e["endReason"] for e in watcher.ok("list_subscriptions")["subscriptions"]] == ["unsubscribed"] * 2
+    watcher.ok("subscribe", sessions=[body["session"]])
+    refused = desk.refused("transfer_subscriptions", "REMOTE_RELAY_APPROVAL_DENIED", **{"from": watcher.session_id})
+    assert refused["error"].endswith("Nothing was transferred.")
+    assert len(desk.ok("list_subscriptions", watcher=watcher.session_id)["subscriptions"]) == 3
+    assert desk.ok("list_subscriptions")["subscriptions"] == []
