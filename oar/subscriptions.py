@@ -37,6 +37,9 @@ DELIVER_JOB = "workers.delivery.deliver"
 CURSOR_KEY = "delivery_cursor"
 MAX_SUBSCRIPTIONS = 20
 INGEST_BATCH = 2000
+# How long a gap in event numbers may stand for an event not committed yet (see
+# committed_in_order); the relay's write transactions last milliseconds.
+EVENT_GAP_GRACE = timedelta(seconds=10)
 EXCERPT_CHARS = 80
 EARLY_WAIT_SECONDS = 2.0
 
@@ -156,10 +159,32 @@ class _Lost(Exception):
     """Another worker claimed the same batch or rows: roll back, do nothing."""
 
 
+def committed_in_order(cursor: int, events: list[Event], now: datetime, grace: timedelta) -> list[Event]:
+    """The events that can be read past `cursor` without skipping one that commits later.
+
+    On PostgreSQL an event's `seq` is drawn when it is inserted, and transactions commit in
+    any order: a missing `seq` may be an event whose transaction has not committed yet. So
+    reading stops at the first gap, unless the event after the gap is older than `grace`:
+    then the gap is an insert that was rolled back (sequences keep no holes filled). SQLite
+    has one writer at a time and no such gaps.
+    """
+    ready = []
+    # Nothing read yet (cursor 0): the numbering may start anywhere (a PostgreSQL sequence
+    # does not restart when rows are deleted).
+    expected = cursor + 1 if cursor else None
+    for event in events:
+        if expected is not None and event.seq != expected and now - event.created_at < grace:
+            break
+        ready.append(event)
+        expected = event.seq + 1
+    return ready
+
+
 def ingest(runtime: Runtime, now: datetime, limit: int = INGEST_BATCH) -> int:
     """Turn new events into held rows for every watcher they concern; returns how many events."""
     cursor = _cursor()
     events = list(Event.select().where(Event.seq > cursor).order_by(Event.seq).limit(limit))
+    events = committed_in_order(cursor, events, now, EVENT_GAP_GRACE)
     if not events:
         return 0
     watchers: set[str] = set()

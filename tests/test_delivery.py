@@ -101,3 +101,27 @@ def test_no_event_is_lost_or_delivered_twice(stream: list[tuple[int, str]], subs
     deliver_until(datetime.max)
     assert sorted(delivered) == list(range(len(arrivals)))
     assert moments == [] or min(delivered.values(), default=moments[0]) >= moments[0]
+
+
+def test_events_are_read_up_to_a_gap_that_may_still_commit() -> None:
+    from datetime import datetime, timedelta
+
+    from oar.models import Event
+    from oar.subscriptions import committed_in_order
+
+    now = datetime(2026, 11, 30, 12, 0, 0)
+    grace = timedelta(seconds=10)
+
+    def event(seq: int, age: float) -> Event:
+        return Event(seq=seq, session="s", kind="turn_end", payload={}, created_at=now - timedelta(seconds=age))
+
+    fresh = [event(11, 1), event(12, 1), event(14, 1), event(15, 1)]
+    # 13 may belong to a transaction that has not committed: stop before it.
+    assert [e.seq for e in committed_in_order(10, fresh, now, grace)] == [11, 12]
+    # A gap right after the cursor holds back everything behind it.
+    assert committed_in_order(10, [event(12, 1)], now, grace) == []
+    # A gap older than the grace is a rolled-back insert: read on.
+    old = [event(11, 30), event(13, 30), event(14, 1)]
+    assert [e.seq for e in committed_in_order(10, old, now, grace)] == [11, 13, 14]
+    # Nothing read yet: the numbering may start anywhere.
+    assert [e.seq for e in committed_in_order(0, [event(500, 1), event(501, 1)], now, grace)] == [500, 501]
