@@ -34,7 +34,8 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument(
         "part", nargs="?", choices=("all", "schedules"), default="all",
-        help="what to measure: everything (default), or only schedule firing accuracy",
+        help="what to measure: everything (default), or only schedule firing accuracy; "
+        "`python -m bench tasks [--gigabyte]` and `python -m bench providers` run one part alone",
     )
     parser.add_argument("--schedules", type=int, default=1000, help="schedules due within one minute (default 1000)")
     parser.add_argument("--seconds", type=float, default=4.0, help="length of one measurement round (default 4)")
@@ -233,6 +234,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     print(flush=True)
     tasks.run([])
+    from bench import providers
+
+    print(flush=True)
+    providers.run([])
     progress(f"done in {time.monotonic() - started:.0f} s")
     return 0
 

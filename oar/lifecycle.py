@@ -26,7 +26,7 @@ def _end_work(runtime: Runtime, target: Session, reason: str, **flags: bool) -> 
         Session.update(last_activity_at=utcnow(), **flags).where(Session.id == target.id).execute()
         target = Session.get_by_id(target.id)
         cancelled = turns.cancel_queued(target, reason)
-        stopping = turns.request_stop(runtime, target) == "stop-queued"
+        stopping = turns.request_stop(target) == "stop-queued"
         questions.end_for_session(target.id, utcnow())
         schedules.end_for_session(target.id, "deleted" if flags.get("deleted") else "archived", utcnow())
         subscriptions.end_for_session(target.id, utcnow())

@@ -214,7 +214,7 @@ def wait_for(runtime: Runtime, message_id: str, seconds: float) -> Message:
                 woken.wait(min(remaining, recheck))
 
 
-def request_stop(runtime: Runtime, session: Session) -> str:
+def request_stop(session: Session) -> str:
     """Ask the running turn to stop; `stop-queued | no-active-turn | already-requested`."""
     if not session.active_turn:
         return "no-active-turn"

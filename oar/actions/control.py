@@ -195,7 +195,7 @@ def _update_result(ctx: CallContext, target: Session, changed: list[str], notes:
 def stop(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Stop the session's running turn, like the page's Stop button."""
     target = sessions.resolve(args["session"], ctx.relay_name, "Nothing was stopped.")
-    acknowledgement = turns.request_stop(ctx.runtime, target)
+    acknowledgement = turns.request_stop(target)
     if acknowledgement == "stop-queued":
         turns.signal_stop(ctx.runtime, target.active_turn)
     return {
