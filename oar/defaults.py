@@ -22,6 +22,8 @@ BACKGROUND_QUIET_SECONDS = 10
 MAX_ACTIVE_SESSIONS = 4
 # Agent-to-agent prompts a conversation may send before an approval card.
 LOOP_PROMPTS_BEFORE_CARD = 30
+# An approval card nobody decided is withdrawn after this long (SPEC §6, §15: 8 hours).
+CARD_EXPIRY_SECONDS = 8 * 3600
 # Calls and write calls per sliding minute per conversation (owner settings; 0 = no limit).
 RATE_CALLS_PER_MINUTE = 60
 RATE_WRITES_PER_MINUTE = 10
@@ -106,8 +108,21 @@ DELIVERY_WINDOW_SECONDS = 30
 # as a digest every DELIVERY_CAP_DIGEST_SECONDS.
 DELIVERY_CAP_HOUR_SECONDS = 3600
 DELIVERY_CAP_DIGEST_SECONDS = 600
-# The length of the minute in digest_minutes (60 by contract; tests shorten it).
+# The length of the minute in digest_minutes, stalled_minutes and heartbeat_minutes (60 by
+# contract; tests shorten it).
 DELIVERY_MINUTE_SECONDS = 60
+# `stalled_minutes` of a subscription that does not give one: a running turn or task without
+# output this long is `stalled` (SPEC §8.1, §15).
+STALLED_DEFAULT_MINUTES = 15
+# Events one ingestion transaction turns into held rows at most (events × the subscriptions
+# that may receive them), so that a wide fan-out keeps write transactions short.
+INGEST_ROWS_PER_BATCH = 20_000
+# One relay process delivers due events at a time; its lease on that (renewed after each
+# delivery) lapses this long after the process stopped without giving it back.
+DELIVERY_LOCK_SECONDS = 30
+# On SQLite, ingestion gives the write lock up this long between two batches, so that other
+# writers waiting for it (deliveries, turns, requests) get their turn.
+INGEST_PAUSE_SECONDS = 0.1
 # Ended subscriptions stay in list_subscriptions this long.
 SUBSCRIPTION_ENDED_LISTED_SECONDS = 3600
 

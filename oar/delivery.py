@@ -13,6 +13,10 @@ through:
   it), or — after 20 wake-ups in the sliding hour — with the 10-minute digest;
 - a subscription's `digest_minutes` N holds it until max(created, previous digest) + N;
 - a time inside the subscription's quiet hours moves to the window's end.
+
+The engine's own events are decided here too: when a subscription's heartbeat is due (on
+its grid, never inside quiet hours) and which of its `stalled_minutes` a quiet spell of a
+running turn or task has crossed.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from math import ceil, floor
 
 from oar.quiet_hours import QuietHours, release_time
 
@@ -110,6 +115,18 @@ def due_for(
     return best
 
 
+def open_slots(held: Sequence[Held], now: datetime) -> list[Held]:
+    """The held events `base_due` looks at, at most one per reason (the earliest open window
+    and cap digest after `now`): `due_for` gives the same answer for these as for all of
+    `held`, so the engine keeps only these while it holds a batch of events."""
+    slots: dict[str, Held] = {}
+    for item in held:
+        if item.reason in (WINDOW, CAP) and item.due_at > now:
+            if item.reason not in slots or item.due_at < slots[item.reason].due_at:
+                slots[item.reason] = item
+    return list(slots.values())
+
+
 def batch(held: Sequence[Held], now: datetime) -> list[Held]:
     """What one delivery at `now` carries: everything due, and when an urgent event is due,
     whatever the open window holds too."""
@@ -138,3 +155,63 @@ def digest_line(count: int, reasons: set[str], digest_subs: Sequence[Rules], qui
     if CAP in reasons:
         parts.append("over 20 wake-ups in the last hour; the rest come every 10 min")
     return f"Digest of {count} events ({'; '.join(parts)}; questions and errors come at once):"
+
+
+# Heartbeats (SPEC §8.2, §8.3) -------------------------------------------------------------
+
+# Quiet windows skipped at most when looking for the next heartbeat outside them.
+HEARTBEAT_SEARCH = 400
+
+
+def heartbeat_after(anchor: datetime, every_seconds: float, after: datetime, quiet: QuietHours | None) -> datetime:
+    """The next heartbeat: the first time on the subscription's grid (anchor + k × every,
+    k ≥ 1) after `after` that is outside its quiet hours (no heartbeats inside the window).
+
+    A grid point inside a quiet window is skipped for the first one at or after the
+    window's end, so a relay that was down sends one heartbeat for all it missed.
+    """
+    step = timedelta(seconds=every_seconds)
+    k = max(1, floor((after - anchor) / step) + 1)
+    for _ in range(HEARTBEAT_SEARCH):
+        candidate = anchor + step * k
+        released = release_time(quiet, candidate)
+        if released == candidate:
+            return candidate
+        k = max(k + 1, ceil((released - anchor) / step))
+    return anchor + step * k  # every grid point falls in a window: heartbeat_wanted skips them
+
+
+def heartbeat_wanted(due_at: datetime, now: datetime, quiet: QuietHours | None) -> bool:
+    """A heartbeat is made when its grid time has come and `now` is outside quiet hours."""
+    return due_at <= now and release_time(quiet, now) == now
+
+
+# Stalls (SPEC §8.2: a running turn or task without output for stalled_minutes) ------------
+
+
+def quiet_since(previous_size: int | None, previous_since: datetime | None, size: int, started_at: datetime,
+                now: datetime) -> datetime:
+    """Since when a running turn has shown no output, from what the sweeper saw last time.
+
+    A turn is looked at every sweep; its output's size (reply text and activity lines) that
+    changed since the last look means output in between, so the quiet spell starts `now`
+    (never earlier than the truth: a stall is reported late by at most one sweep, never
+    early). A turn seen for the first time with no output has been quiet since it started.
+    """
+    if previous_since is not None and previous_size == size:
+        return previous_since
+    if previous_since is None and size == 0:
+        return started_at
+    return now
+
+
+def stalls_due(since: datetime, thresholds: Iterable[int], reported: Iterable[int], now: datetime,
+               minute_seconds: float) -> list[int]:
+    """The `stalled_minutes` values a quiet spell that began at `since` has crossed by `now`
+    and that were not reported for this spell yet (each is reported once per spell)."""
+    quiet = now - since
+    done = set(reported)
+    return sorted(
+        minutes for minutes in set(thresholds)
+        if minutes not in done and quiet >= timedelta(seconds=minutes * minute_seconds)
+    )

@@ -7,9 +7,13 @@ records. Kinds written today:
 
 - `task_started`, `task_finished` (every task end), `task_failed` (status failed or a
   non-zero exit) — payload `{taskId, description, type, status, exitCode}`;
-- `stalled` — a running task without output for the owner's `quiet_after_minutes`, once per
-  quiet spell — payload `{taskId, description, minutesSinceOutput}`; the delivery engine
-  applies each subscription's own `stalled_minutes` to `task.last_output_at`;
+- `stalled` — recorded by the clock's sweeper (`oar.subscriptions.record_stalls`) when a
+  running turn or task has shown no output for a `stalled_minutes` value some subscription
+  watching it uses, once per value and quiet spell — payload `{turnId, prompt, status} |
+  {taskId, description, type}` plus `{stalledMinutes, quietSince}`; each subscription receives
+  those of its own value. Tasks also record a task-health `stalled` at the owner's
+  `quiet_after_minutes` (payload `{taskId, description, minutesSinceOutput}`, no
+  `stalledMinutes`): it reaches no subscription;
 - `session_idle` — the session has no turn and no task running any more after a task
   ended (feeds `all_idle`, which is a transition over all of a subscription's sessions).
 """
@@ -26,7 +30,8 @@ KINDS = (
     "task_started", "task_finished", "task_failed", "stalled", "session_idle",
     # Turns and questions (the delivery engine, oar/subscriptions.py): `turn_end` {turnId,
     # status, excerpt, fromSession}, `error` {turnId, error}, `question_asked` /
-    # `question_answered` {questionId, question, answer}, `subagent_finished` {taskId, description}.
+    # `question_answered` {questionId, question, answer}. `subagent_finished` is not written today:
+    # a `task_finished` of a task of type `subagent` reaches subscriptions under that name.
     "turn_end", "error", "question_asked", "question_answered", "subagent_finished",
 )
 

@@ -286,6 +286,9 @@ class Subscription(BaseModel):
     hops = pw.IntegerField(default=0)
     created_at = pw.DateTimeField(default=utcnow)
     last_digest_at = pw.DateTimeField(null=True)
+    # The next heartbeat (UTC, on the grid created_at + k × heartbeat_minutes, outside quiet
+    # hours); null until the clock's sweeper first looks, and without heartbeat_minutes.
+    heartbeat_due_at = pw.DateTimeField(null=True, index=True)
     # all_idle fires once per transition to idle: true while the watched sessions are idle.
     idle = pw.BooleanField(default=True)
     ended_at = pw.DateTimeField(null=True)
@@ -303,7 +306,8 @@ class HeldEvent(BaseModel):
     """
 
     id = pw.AutoField()
-    watcher = pw.ForeignKeyField(Session, backref="held_events", on_delete="CASCADE")
+    # No index of its own: the composite indexes below all start with it.
+    watcher = pw.ForeignKeyField(Session, backref="held_events", on_delete="CASCADE", index=False)
     event_seq = pw.IntegerField(null=True)  # null for lines the engine makes (all_idle)
     subscription_id = pw.CharField(max_length=32)
     kind = pw.CharField(max_length=32)
@@ -311,14 +315,20 @@ class HeldEvent(BaseModel):
     urgent = pw.BooleanField(default=False)
     reason = pw.CharField(max_length=8)  # urgent | window | cap | digest | quiet | own
     turn_id = pw.CharField(null=True, max_length=32)  # turn_end: the prompt of that turn
-    due_at = pw.DateTimeField(index=True)
+    due_at = pw.DateTimeField()
     created_at = pw.DateTimeField(default=utcnow)
     delivered_at = pw.DateTimeField(null=True)
     message_id = pw.CharField(null=True, max_length=32)
     dropped = pw.BooleanField(default=False)
 
     class Meta:
-        indexes = ((("watcher", "event_seq"), True), (("watcher", "delivered_at"), False))
+        indexes = (
+            (("watcher", "event_seq"), True),
+            # A watcher's held rows by due time; its open window and cap digest; what is overdue.
+            (("watcher", "delivered_at", "due_at"), False),
+            (("watcher", "reason", "due_at"), False),
+            (("delivered_at", "due_at"), False),
+        )
 
 
 class ReplyReceipt(BaseModel):
@@ -329,6 +339,30 @@ class ReplyReceipt(BaseModel):
     waiter = pw.CharField(max_length=32)
     waiting_until = pw.DateTimeField(null=True)
     received_at = pw.DateTimeField(null=True)
+
+
+class StallWatch(BaseModel):
+    """A running turn or task as the clock's sweeper last saw it, for `stalled` (SPEC §8.2):
+    since when it has shown no output, and which `stalled_minutes` were reported for that
+    quiet spell. Removed once the turn or task no longer runs."""
+
+    subject = pw.CharField(primary_key=True, max_length=32)  # a turn's prompt id or a task id
+    session_id = pw.CharField(max_length=32)
+    size = pw.IntegerField(null=True)  # a turn's output size when last seen (reply text + activities)
+    quiet_since = pw.DateTimeField()
+    reported = JSONField(default=list)  # stalled_minutes already reported for this quiet spell
+
+
+class Wakeup(BaseModel):
+    """One delivery of relay events to a watcher (a wake-up), counted by the hourly cap."""
+
+    id = pw.AutoField()
+    watcher = pw.ForeignKeyField(Session, backref="wakeups", on_delete="CASCADE")
+    message_id = pw.CharField(max_length=32)
+    delivered_at = pw.DateTimeField()
+
+    class Meta:
+        indexes = ((("watcher", "delivered_at"), False),)
 
 
 class TokenUsage(BaseModel):
@@ -347,7 +381,44 @@ class TokenUsage(BaseModel):
         indexes = ((("provider", "created_at"), False),)
 
 
+class Card(BaseModel):
+    """An approval card: a call of a conversation's agent waiting on the owner's Allow or Deny
+    (SPEC §6). `reasons` says why it was asked; `details` what the call will do."""
+
+    id = pw.CharField(primary_key=True, max_length=32)
+    session = pw.ForeignKeyField(Session, backref="cards", on_delete="CASCADE")  # the asking conversation
+    turn_id = pw.CharField(max_length=32, index=True)  # the live turn the call belongs to
+    action = pw.CharField(max_length=40)
+    relay = pw.CharField(max_length=200)
+    target_id = pw.CharField(null=True, max_length=32)
+    reasons = JSONField(default=list)  # mode | create_sessions | watch_sessions | change_other_sessions | transfer | loop
+    text = pw.TextField()
+    details = JSONField(default=dict)  # lines, excerpt, target title
+    status = pw.CharField(default="pending", max_length=12)  # pending | allowed | denied | expired | withdrawn
+    created_at = pw.DateTimeField(default=utcnow)
+    expires_at = pw.DateTimeField()
+    decided_at = pw.DateTimeField(null=True)
+
+    class Meta:
+        indexes = ((("status", "created_at"), False),)
+
+
+class Approval(BaseModel):
+    """An Allow remembered per conversation and relay, across restarts (SPEC §6): the first
+    `create_session`, the first watch, changing sessions the conversation did not start."""
+
+    id = pw.AutoField()
+    session = pw.ForeignKeyField(Session, backref="approvals", on_delete="CASCADE")
+    relay = pw.CharField(max_length=200)
+    kind = pw.CharField(max_length=32)
+    card_id = pw.CharField(null=True, max_length=32)  # null: granted ahead by the owner
+    granted_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        indexes = ((("session", "relay", "kind"), True),)
+
+
 MODELS: tuple[type[BaseModel], ...] = (
     Setting, Provider, Group, Session, AgentToken, Message, Question, Task, Event, Schedule,
-    Subscription, HeldEvent, ReplyReceipt, TokenUsage,
+    Subscription, HeldEvent, ReplyReceipt, TokenUsage, Card, Approval, StallWatch, Wakeup,
 )

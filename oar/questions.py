@@ -58,11 +58,16 @@ def pending_of_turn(turn_id: str) -> list[dict[str, Any]]:
     return [shape(row) for row in rows.order_by(Question.created_at)]
 
 
-def create_ask_user(turn_id: str, session_id: str, question: str, options: list[str], hops: int) -> Question:
-    """A card the running turn waits on (inside the caller's write transaction)."""
+def create_ask_user(
+    turn_id: str, session_id: str, question: str, options: list[str], hops: int, allow_freeform: bool = True
+) -> Question:
+    """A card the running turn waits on (inside the caller's write transaction).
+
+    `allow_freeform=False`: only one of the options answers it (an agent server's Allow/Deny).
+    """
     return Question.create(
         id=ids.prefixed_id("q"), kind="ask_user", session=session_id, asker_session_id=session_id,
-        turn_id=turn_id, question=question, options=options, allow_freeform=True, hops=hops,
+        turn_id=turn_id, question=question, options=options, allow_freeform=allow_freeform, hops=hops,
     )
 
 

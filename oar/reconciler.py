@@ -5,7 +5,8 @@ Run by the clock every `RECONCILE_SECONDS` and once at start:
   `running`; the relay does not re-run it, because a half-run turn may have acted already;
 - a session left pointing at a turn that is no longer running is released;
 - queued turns that no worker is running are enqueued again;
-- background tasks likewise (`oar.tasks.reconcile`): a task without a heartbeat is `failed`.
+- background tasks likewise (`oar.tasks.reconcile`): a task without a heartbeat is `failed`;
+- approval cards nobody can be waiting on any more are withdrawn or expired.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from datetime import datetime, timedelta
 
 import redis
 
-from oar import tasks
+from oar import cards, tasks
 from oar.db import lock_rows, write_transaction
 from oar.models import Message, Session
 from oar.runtime import Runtime
@@ -40,6 +41,7 @@ class Reconciled:
     enqueued_sessions: int = 0
     failed_tasks: int = 0
     enqueued_tasks: int = 0
+    ended_cards: int = 0
 
 
 def reconcile(runtime: Runtime, now: datetime) -> Reconciled:
@@ -102,6 +104,8 @@ def reconcile(runtime: Runtime, now: datetime) -> Reconciled:
     task_outcome = tasks.reconcile(runtime, now)
     outcome.failed_tasks = task_outcome["failed"]
     outcome.enqueued_tasks = task_outcome["enqueued"]
+    # Approval cards whose waiting call can no longer be there (its turn ended, or it expired).
+    outcome.ended_cards = cards.sweep(runtime, now)
     return outcome
 
 

@@ -39,21 +39,6 @@ def check_active_limit(caller: Session, nothing: str) -> None:
         )
 
 
-def check_loop(caller: Session, nothing: str) -> None:
-    """Loop protection: 30 agent-to-agent prompts with no owner message in between.
-
-    The 31st needs the owner's Allow on a card; until this relay shows approval cards it is
-    refused (fails closed), and the owner writing in the conversation resets the count.
-    """
-    if caller.loop_prompt_count >= defaults.LOOP_PROMPTS_BEFORE_CARD:
-        raise ActionError(
-            "REMOTE_RELAY_APPROVAL_DENIED",
-            f"This conversation's agent has sent {caller.loop_prompt_count} prompts to other sessions since "
-            "the user last wrote here; going on needs the user's approval. Ask the user to write in this "
-            f"conversation to continue. {nothing}",
-        )
-
-
 def count_agent_prompt(caller: Session) -> None:
     """One more agent-to-agent prompt (inside the write transaction that sends it)."""
     Session.update(loop_prompt_count=Session.loop_prompt_count + 1).where(Session.id == caller.id).execute()

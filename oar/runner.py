@@ -18,13 +18,15 @@ from typing import Any
 
 import redis
 
-from oar import events, external, ids, providers, questions, subscriptions, usage
+from oar import cards, events, external, ids, providers, questions, subscriptions, usage
 from oar.db import database, lock_rows, release_connection, write_transaction
 from oar.models import Message, Question, Session
 from oar.providers.base import (
     Activity,
     AgentSession,
     OutputTruncated,
+    TaskEnded,
+    TaskReported,
     TextDelta,
     TurnControl,
     TurnFailed,
@@ -84,6 +86,7 @@ class TurnWatcher(threading.Thread):
         self.turn_id = turn.id
         self.control = control
         self.deadline = time.monotonic() + max_seconds
+        self._card_credit = 0.0
         self.finished = threading.Event()
         self.stopped = False
         self.timed_out = False
@@ -103,7 +106,7 @@ class TurnWatcher(threading.Thread):
                     self.stopped = True
                     self.control.cancelled.set()
                     return
-                if time.monotonic() >= self.deadline:
+                if time.monotonic() >= self.deadline and not self._credit_card_waits():
                     self.timed_out = True
                     self.control.cancelled.set()
                     return
@@ -115,6 +118,17 @@ class TurnWatcher(threading.Thread):
             if pubsub is not None:
                 pubsub.close()
             database.close()
+
+    def _credit_card_waits(self) -> bool:
+        """Time on approval cards does not count either (SPEC §6); the card may wait in another
+        process (an agent's HTTP call), so it is read from the cards. True if the deadline moved."""
+        waited = cards.seconds_waited(self.turn_id, utcnow())
+        credit = waited - self._card_credit
+        if credit <= 0:
+            return False
+        self._card_credit = waited
+        self.deadline += credit
+        return time.monotonic() < self.deadline
 
     def pause(self) -> None:
         """Time waiting for an answer does not count toward the turn's time limit."""
@@ -157,11 +171,21 @@ def execute(runtime: Runtime, turn: Message) -> None:
         cap = usage.token_cap(provider)
         finish(runtime, turn, "failed", "", f"{provider.name} is over its monthly token cap of {cap:,}; the turn did not run.")
         return
+    model = provider.model_for(turn.model)
+    if model != turn.model:  # a model that no longer belongs to the provider is not sent (SPEC §11)
+        Message.update(model=model).where(Message.id == turn.id).execute()
+        turn.model = model
     control = TurnControl(call_relay_tool=lambda args: call_relay_tool_as(runtime, session.id, turn.id, args))
     watcher = TurnWatcher(runtime, turn, control, runtime.settings()["max_turn_seconds"])
-    control.ask_user = lambda question, options: ask_user(runtime, turn, watcher, control, question, options)
+    control.ask_user = lambda question, options, allow_freeform=True: ask_user(
+        runtime, turn, watcher, control, question, options, allow_freeform
+    )
     control.start_task = lambda command: start_task(runtime, session.id, turn.id, command)
     control.receive_external = lambda seconds: external.receive(runtime, turn.id, seconds)
+    control.note_reachable = lambda reachable: note_reachable(provider.name, reachable)
+    control.recall = lambda key: recall(runtime, session.id, key)
+    control.remember = lambda key, value: remember(runtime, session.id, key, value)
+    reported_tasks: dict[str, str] = {}  # the agent's task id → the relay's
     watcher.start()
     request = TurnRequest(
         session_id=session.id,
@@ -199,6 +223,10 @@ def execute(runtime: Runtime, turn: Message) -> None:
             elif isinstance(event, OutputTruncated):
                 Message.update(output_truncated=True).where(Message.id == turn.id).execute()
                 release_connection()
+            elif isinstance(event, TaskReported):
+                reported_tasks[event.agent_task_id] = record_reported_task(runtime, session.id, turn.id, event)
+            elif isinstance(event, TaskEnded) and event.agent_task_id in reported_tasks:
+                end_reported_task(runtime, reported_tasks[event.agent_task_id], event)
             if control.cancelled.is_set():
                 break
     except Exception:
@@ -207,6 +235,7 @@ def execute(runtime: Runtime, turn: Message) -> None:
         failure = f"The {provider.name} provider failed unexpectedly (log reference {reference})."
     finally:
         watcher.finish()
+    end_leftover_tasks(runtime, list(reported_tasks.values()))
     text = stream.text
     if watcher.timed_out:
         limit = runtime.settings()["max_turn_seconds"]
@@ -296,7 +325,8 @@ def record_turn_events(turn: Message, status: str, text: str, error: str | None,
 
 
 def ask_user(
-    runtime: Runtime, turn: Message, watcher: TurnWatcher, control: TurnControl, question: str, options: list[str]
+    runtime: Runtime, turn: Message, watcher: TurnWatcher, control: TurnControl, question: str, options: list[str],
+    allow_freeform: bool = True,
 ) -> str | None:
     """Raise an `ask_user` card and wait for its answer; the turn is `waiting_for_answer` meanwhile.
 
@@ -304,7 +334,7 @@ def ask_user(
     was stopped (the card then ends unanswered).
     """
     with write_transaction():
-        card = questions.create_ask_user(turn.id, turn.session_id, question, options, turn.hops)
+        card = questions.create_ask_user(turn.id, turn.session_id, question, options, turn.hops, allow_freeform)
         Message.update(status="waiting_for_answer").where(
             (Message.id == turn.id) & (Message.status == "running")
         ).execute()
@@ -356,6 +386,73 @@ def start_task(runtime: Runtime, session_id: str, turn_id: str, command: str) ->
         return tasks.start(runtime, Session.get_by_id(session_id), command, turn_id=turn_id).id
     finally:
         release_connection()
+
+
+def record_reported_task(runtime: Runtime, session_id: str, turn_id: str, reported: TaskReported) -> str:
+    """A background task the agent runs itself, recorded (never run) as one of the session's tasks."""
+    from oar import tasks
+
+    try:
+        return tasks.record_reported(
+            runtime, session_id, turn_id, description=reported.description, type=reported.type,
+            output_file=reported.output_file,
+        ).id
+    finally:
+        release_connection()
+
+
+def end_reported_task(runtime: Runtime, task_id: str, ended: TaskEnded) -> None:
+    from oar import tasks
+
+    try:
+        tasks.end_reported(runtime, task_id, ended.status, ended.note)
+    finally:
+        release_connection()
+
+
+def end_leftover_tasks(runtime: Runtime, task_ids: list[str]) -> None:
+    """The records of tasks the agent reported and did not end, end with its turn: the relay
+    can follow an agent's own task only through that turn (ended ones stay as they are)."""
+    from oar import tasks
+
+    try:
+        for task_id in task_ids:
+            tasks.finish(runtime, task_id, "killed", None, tasks.AGENT_GONE_TEXT)
+    finally:
+        release_connection()
+
+
+def note_reachable(provider_name: str, reachable: bool) -> None:
+    try:
+        providers.note_reachable(provider_name, reachable)
+    finally:
+        release_connection()
+
+
+# Notes a provider keeps about a session between turns: best effort, so Redis, for a month.
+NOTE_SECONDS = 30 * 86_400
+
+
+def _note_key(runtime: Runtime, session_id: str, key: str) -> str:
+    return f"{runtime.config.namespace}:providernote:{session_id}:{key}"
+
+
+def recall(runtime: Runtime, session_id: str, key: str) -> str | None:
+    try:
+        value = runtime.redis.get(_note_key(runtime, session_id, key))
+    except redis.RedisError:
+        return None
+    return value.decode("utf-8", errors="replace") if value is not None else None
+
+
+def remember(runtime: Runtime, session_id: str, key: str, value: str | None) -> None:
+    try:
+        if value is None:
+            runtime.redis.delete(_note_key(runtime, session_id, key))
+        else:
+            runtime.redis.set(_note_key(runtime, session_id, key), value.encode("utf-8"), ex=NOTE_SECONDS)
+    except redis.RedisError:
+        log.warning("a note of session %s was not kept: Redis is unavailable", session_id)
 
 
 def history_of(session_id: str, before_seq: int) -> list[dict[str, str]]:

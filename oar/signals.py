@@ -48,21 +48,23 @@ class WakeHub:
         self._thread: threading.Thread | None = None
 
     @contextlib.contextmanager
-    def watch(self, channel: str) -> Iterator[threading.Event]:
-        """An event set whenever `channel` is signalled while the block runs."""
+    def watch(self, *channels: str) -> Iterator[threading.Event]:
+        """An event set whenever one of `channels` is signalled while the block runs."""
         self._ensure_listening()
         event = threading.Event()
         with self._lock:
-            self._waiters[channel].add(event)
+            for channel in channels:
+                self._waiters[channel].add(event)
         try:
             yield event
         finally:
             with self._lock:
-                waiters = self._waiters.get(channel)
-                if waiters is not None:
-                    waiters.discard(event)
-                    if not waiters:
-                        del self._waiters[channel]
+                for channel in channels:
+                    waiters = self._waiters.get(channel)
+                    if waiters is not None:
+                        waiters.discard(event)
+                        if not waiters:
+                            del self._waiters[channel]
 
     def _ensure_listening(self) -> None:
         with self._lock:

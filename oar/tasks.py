@@ -11,6 +11,11 @@ Commands run as argument lists (`shlex.split`, no shell) unless the owner turned
 concatenated with anything. Nothing runs while the owner setting `allow_shell_tasks` is off.
 The subprocess gets the worker's environment without the relay's own secrets
 (`OAR_*`, `DATABASE_URL`, `REDIS_URL`).
+
+A task an agent reports running itself (a cli agent's background command or subagent) is
+recorded too, without a command: no worker claims, runs, kills or re-runs it, its output
+file is the agent's (read, never deleted), and it ends when the agent says so or when the
+turn that reported it is over (`record_reported`, `end_reported`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import shlex
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterable
@@ -60,6 +66,14 @@ ORPHANED_TEXT = (
     "The worker running this task stopped (no heartbeat for {seconds} s); the task's process was ended "
     "if it was still running."
 )
+AGENT_GONE_TEXT = (
+    "The agent's turn ended without the agent reporting this task's end. The relay follows an agent's "
+    "own task only while the turn that reported it runs, so its record ends here; the relay never ran "
+    "or stopped the task."
+)
+AGENT_STOP_TEXT = "Stopped on the relay; the relay does not run the agent's own tasks, so only its record ended."
+# What an agent may report about its task's end, in the relay's statuses.
+REPORTED_STATUSES = {"completed": "completed", "failed": "failed", "killed": "killed", "stopped": "killed"}
 
 
 def new_id() -> str:
@@ -132,6 +146,47 @@ def start(
     return task
 
 
+def record_reported(
+    runtime: Runtime, session_id: str, turn_id: str, *, description: str, type: str = "local_bash",
+    output_file: str | None = None,
+) -> Task:
+    """Record a background task the session's agent runs itself (never run by the relay).
+
+    Not gated by `allow_shell_tasks`: the relay runs nothing. The agent's output file is
+    shown by read_task_output only when it lies in the temporary folder or the session's
+    folder, so that a report cannot make the relay read an arbitrary file.
+    """
+    session = Session.get_by_id(session_id)
+    now = utcnow()
+    with write_transaction():
+        task = Task.create(
+            id=new_id(), session=session.id, description=(description.strip() or "background task")[:500],
+            type=type if type in TYPES else "local_bash", command=None, shell=False, cwd=session.cwd,
+            status="running", output_path=readable_output_file(output_file, session.cwd), started_by_turn=turn_id,
+            created_at=now, started_at=now, last_output_at=now, host=socket.gethostname(),
+        )
+        Session.update(last_activity_at=now).where(Session.id == session.id).execute()
+        events.record(session.id, "task_started", payload(task), now)
+    return task
+
+
+def readable_output_file(path: str | None, cwd: str | None) -> str | None:
+    if not path or not os.path.isabs(path):
+        return None
+    real = os.path.realpath(path)
+    roots = [tempfile.gettempdir()] + ([cwd] if cwd else [])
+    for root in roots:
+        real_root = os.path.realpath(root)
+        if real.startswith(real_root.rstrip(os.sep) + os.sep):
+            return real
+    return None
+
+
+def end_reported(runtime: Runtime, task_id: str, status: str, note: str | None = None) -> str:
+    """The agent reported its task's end (`completed`, `failed`, `stopped`/`killed`)."""
+    return finish(runtime, task_id, REPORTED_STATUSES.get(status, "completed"), None, (note or "")[:2000] or None)
+
+
 def enqueue(runtime: Runtime, task_id: str) -> None:
     """Ask a worker to run the task; if Redis is down the reconciler enqueues it later."""
     try:
@@ -142,6 +197,9 @@ def enqueue(runtime: Runtime, task_id: str) -> None:
 
 def request_stop(runtime: Runtime, task: Task) -> bool:
     """Ask a running task to end; False when it had already ended."""
+    if Task.select().where((Task.id == task.id) & Task.command.is_null()).exists():
+        # An agent's own task: nothing of the relay's runs it, so its record ends here.
+        return finish(runtime, task.id, "killed", None, AGENT_STOP_TEXT) == "killed"
     changed = Task.update(stop_requested=True).where((Task.id == task.id) & (Task.status == "running")).execute()
     if changed:
         publish(runtime.redis, stop_channel(runtime.config.namespace, task.id))
@@ -171,7 +229,10 @@ def claim(task_id: str) -> Task | None:
     with write_transaction():
         claimed = (
             Task.update(heartbeat_at=utcnow(), host=socket.gethostname())
-            .where((Task.id == task_id) & (Task.status == "running") & Task.heartbeat_at.is_null())
+            .where(
+                (Task.id == task_id) & (Task.status == "running") & Task.heartbeat_at.is_null()
+                & Task.command.is_null(False)  # an agent's own task is never run here
+            )
             .execute()
         )
     return Task.get_by_id(task_id) if claimed else None
@@ -363,7 +424,9 @@ def reconcile(runtime: Runtime, now: datetime) -> dict[str, int]:
     outcome = {"failed": 0, "enqueued": 0, "expired": 0}
     stale_seconds = runtime.time("TASK_STALE_SECONDS")
     stale_before = now - timedelta(seconds=stale_seconds)
-    for task in Task.select().where((Task.status == "running") & (Task.heartbeat_at < stale_before)):
+    for task in Task.select().where(
+        (Task.status == "running") & (Task.heartbeat_at < stale_before) & Task.command.is_null(False)
+    ):
         with write_transaction():
             failed = (
                 Task.update(status="failed", error=ORPHANED_TEXT.format(seconds=int(stale_seconds)), ended_at=now)
@@ -380,18 +443,26 @@ def reconcile(runtime: Runtime, now: datetime) -> dict[str, int]:
                 runtime.signal_turn(task.started_by_turn)
             log.warning("task %s of session %s failed: its worker stopped", task.id, task.session_id)
     grace_before = now - timedelta(seconds=runtime.time("RECONCILE_SECONDS"))
+    open_turns = Message.select(Message.id).where(Message.status.in_(("queued", "running", "waiting_for_answer")))
+    for task in Task.select(Task.id).where(
+        (Task.status == "running") & Task.command.is_null() & Task.started_by_turn.not_in(open_turns)
+    ):
+        finish(runtime, task.id, "killed", None, AGENT_GONE_TEXT)
+        outcome["failed"] += 1
     for task in Task.select(Task.id).where(
         (Task.status == "running") & Task.heartbeat_at.is_null() & (Task.created_at < grace_before)
+        & Task.command.is_null(False)
     ):
         if _first_nudge_in_a_while(runtime, task.id):
             enqueue(runtime, task.id)
             outcome["enqueued"] += 1
     keep_before = now - timedelta(seconds=runtime.time("TASK_OUTPUT_KEEP_SECONDS"))
-    for task in Task.select(Task.id, Task.output_path).where(
+    for task in Task.select(Task.id, Task.output_path, Task.command).where(
         (Task.status.in_(ENDED)) & (Task.ended_at < keep_before) & Task.output_path.is_null(False)
     ):
-        with contextlib.suppress(OSError):
-            os.unlink(task.output_path)
+        if task.command is not None:  # an agent's own output file is the agent's to delete
+            with contextlib.suppress(OSError):
+                os.unlink(task.output_path)
         Task.update(output_path=None, output_tail=None).where(Task.id == task.id).execute()
         outcome["expired"] += 1
     return outcome

@@ -150,6 +150,9 @@ class Agent(Client):
         return body
 
 
+PRE_APPROVED = ("create_sessions", "watch_sessions", "change_other_sessions")
+
+
 @dataclass
 class Relay:
     """A running relay: its URL, runtime, the owner's client, and helpers to make actors."""
@@ -162,10 +165,18 @@ class Relay:
     def settings(self, **changes: Any) -> dict[str, Any]:
         return self.owner.patch("/api/v1/owner/settings", changes)["settings"]
 
-    def conversation(self, title: str = "desk", **fields: Any) -> Agent:
-        """An owner's conversation and the agent that works in it."""
+    def conversation(self, title: str = "desk", approvals: tuple[str, ...] = PRE_APPROVED, **fields: Any) -> Agent:
+        """An owner's conversation and the agent that works in it.
+
+        The owner grants its agent the remembered approvals ahead (as the page and the owner
+        API let an owner do for scripts that call without a live turn), so that tests about
+        other things are not stopped by first-use cards; card tests pass `approvals=()`.
+        """
         body = self.owner.post("/api/v1/owner/sessions", {"title": title, **fields})
-        return Agent(self.url, body["token"], body["session"]["id"])
+        session_id = body["session"]["id"]
+        if approvals:
+            self.owner.patch(f"/api/v1/owner/sessions/{session_id}", {"approvals": list(approvals)})
+        return Agent(self.url, body["token"], session_id)
 
     def agent_for(self, session_id: str) -> Agent:
         token = self.owner.post(f"/api/v1/owner/sessions/{session_id}/tokens")["token"]

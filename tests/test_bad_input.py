@@ -421,8 +421,6 @@ def _action_cases() -> list[Case]:
         case(us, "valid-title-with-bad-window", INVALID, {"auto_compact_window": "huge", "thinking_enabled": True},
              says="auto_compact_window"),
         case(us, "valid-title-with-bad-folder", INVALID, {"cwd": "/etc", "mode": "plan"}, says="may not use folder"),
-        case(us, "session-not-started-by-caller", "REMOTE_RELAY_PERMISSION", {"session": "<other>"},
-             says="was not started by this conversation"),
         # wait (SPEC §5.10, §7).
         case(wt, "message_id-missing", INVALID, {"message_id": _REMOVE}, says="wait needs message_id"),
         case(wt, "message_id-empty-string-is-absent", INVALID, {"message_id": ""}, says="wait needs message_id"),

@@ -4,14 +4,21 @@ a new folder starts a new agent session (`relaunched`)."""
 
 from __future__ import annotations
 
+import json
 import sys
+import tempfile
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from oar.providers.base import Activity, AgentSession, TextDelta, Usage
+from oar import tasks
+from oar.db import database
+from oar.models import Task
+from oar.providers.base import Activity, AgentSession, TaskEnded, TaskReported, TextDelta, Usage
 from oar.providers.cli import CliFailure, CliLineParser, render
+from oar.timeutil import utcnow
 from tests.conftest import Agent, Relay, poll
 
 FAKE_AGENT = str(Path(__file__).resolve().parent / "fakes" / "cli_agent.py")
@@ -95,3 +102,77 @@ def test_a_cli_provider_needs_a_command(relay: Relay) -> None:
     assert status == 400 and "A cli provider needs command" in body["error"]
     status, body = relay.owner.request("PUT", "/api/v1/owner/providers/coder", {"kind": "chat", "base_url": "http://h/v1", "models": ["m"], "command": ["x"]})
     assert status == 400 and "command is for cli providers only" in body["error"]
+
+
+# Background tasks the agent reports (SPEC §11: they become Tasks) ---------------------------------
+
+
+def test_the_parser_reports_background_tasks_and_their_end() -> None:
+    parser = CliLineParser()
+    call = {"type": "assistant", "message": {"content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {
+        "command": "npm test", "description": "Run the tests", "run_in_background": True}}]}}
+    assert parser.feed(json.dumps(call))[1:] == []  # only the activity line so far
+    result = {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t1", "content": [
+        {"type": "text", "text": "Command running in background with ID: bt2kelt7i. Output is being written to: /tmp/c/bt2kelt7i.output"}]}]}}
+    assert parser.feed(json.dumps(result)) == [TaskReported("bt2kelt7i", "Run the tests", "local_bash", "/tmp/c/bt2kelt7i.output")]
+    assert parser.feed(json.dumps(result)) == []  # reported once
+    foreground = {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t9", "content": "with ID: x"}]}}
+    assert parser.feed(json.dumps(foreground)) == []  # not a background call
+    ended = {"type": "system", "subtype": "task_notification", "task_id": "bt2kelt7i", "status": "failed", "summary": "2 failed"}
+    assert parser.feed(json.dumps(ended)) == [TaskEnded("bt2kelt7i", "failed", "2 failed")]
+    started = {"type": "system", "subtype": "task_started", "task_id": "a7", "description": "Review the diff", "task_type": "local_agent"}
+    assert parser.feed(json.dumps(started)) == [TaskReported("a7", "Review the diff", "subagent", None)]
+    assert parser.feed(json.dumps({**ended, "task_id": "unknown"})) == []
+
+
+def test_a_background_task_the_agent_reports_becomes_a_task_the_relay_never_runs(relay: Relay, desk: Agent) -> None:
+    configure(relay)
+    assert relay.owner.get("/api/v1/owner/settings")["settings"]["allow_shell_tasks"] is False  # the relay runs nothing
+    done = desk.ok("create_session", relay="this", provider="coder", text="check #background-done", wait_seconds=30)
+    assert done["status"] == "done", done
+    session = done["session"]
+    [task] = desk.ok("read_session", relay="this", session=session)["tasks"]
+    assert task == {**task, "description": "Run the tests", "type": "local_bash", "status": "completed"}
+    output = desk.ok("read_task_output", relay="this", session=session, task_id=task["taskId"])
+    assert output["tail"][-1] == "3 passed in 0.12s" and output["counts"]["passed"] == 3
+    assert output["task"]["error"] == "3 passed"
+    with database.connection_context():
+        row = Task.get_by_id(task["taskId"])
+        assert row.command is None and row.pid is None and row.started_by_turn == done["message_id"]
+    left = desk.ok("send", relay="this", session=session, text="again #background", wait_seconds=30)
+    assert left["status"] == "done"
+    newest = desk.ok("read_session", relay="this", session=session)["tasks"][0]
+    assert newest["status"] == "killed"  # the agent never said it ended: its record ends with the turn
+    note = desk.ok("read_task_output", relay="this", session=session, task_id=newest["taskId"])["task"]["error"]
+    assert note.startswith("The agent's turn ended without the agent reporting this task's end.")
+
+
+def test_an_agent_task_runs_while_its_turn_runs_and_its_record_ends_with_a_stop(relay: Relay, desk: Agent) -> None:
+    configure(relay)
+    created = desk.ok("create_session", relay="this", provider="coder", text="#background #sleep", wait_seconds=0)
+    session = created["session"]
+    task = poll("the agent's task", lambda: (desk.ok("read_session", relay="this", session=session)["tasks"] or [None])[0])
+    assert task["status"] == "running"
+    desk.ok("stop", relay="this", session=session)
+    stopped = desk.ok("wait", relay="this", session=session, message_id=created["message_id"], wait_seconds=30)
+    assert stopped["status"] == "stopped"
+    assert desk.ok("read_session", relay="this", session=session)["tasks"][0]["status"] == "killed"
+
+
+def test_no_worker_runs_an_agents_task_and_the_reconciler_ends_it_once_its_turn_is_over(relay: Relay, desk: Agent) -> None:
+    configure(relay)
+    done = desk.ok("create_session", relay="this", provider="coder", text="hello", wait_seconds=30)
+    output = Path(tempfile.gettempdir()) / "oar-fake-agent" / "reconcile.output"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text("watching\n")
+    with database.connection_context():
+        outside = tasks.record_reported(relay.runtime, done["session"], done["message_id"], description="x", output_file="/etc/hostname")
+        assert outside.output_path is None  # a report cannot make the relay read any file
+        task = tasks.record_reported(relay.runtime, done["session"], done["message_id"], description="watch", output_file=str(output))
+        assert tasks.claim(task.id) is None  # never claimed, so never run
+        tasks.reconcile(relay.runtime, utcnow())
+        row = Task.get_by_id(task.id)
+        assert row.status == "killed" and row.error == tasks.AGENT_GONE_TEXT and row.command is None
+        tasks.reconcile(relay.runtime, utcnow() + timedelta(hours=2))  # past the hour its output stays readable
+        assert Task.get_by_id(task.id).output_path is None
+    assert output.exists()  # the agent's file is the agent's

@@ -125,3 +125,95 @@ def test_events_are_read_up_to_a_gap_that_may_still_commit() -> None:
     assert [e.seq for e in committed_in_order(10, old, now, grace)] == [11, 13, 14]
     # Nothing read yet: the numbering may start anywhere.
     assert [e.seq for e in committed_in_order(0, [event(500, 1), event(501, 1)], now, grace)] == [500, 501]
+
+
+# Heartbeats and stalls: pure decisions ------------------------------------------------------------
+
+FIVE_MINUTES = 300.0
+
+
+def test_heartbeats_follow_the_grid_from_the_subscription_and_skip_quiet_hours() -> None:
+    assert delivery.heartbeat_after(T0, FIVE_MINUTES, T0, None) == T0 + timedelta(minutes=5)
+    assert delivery.heartbeat_after(T0, FIVE_MINUTES, T0 + timedelta(minutes=5), None) == T0 + timedelta(minutes=10)
+    # A relay that was down for an hour: the next grid point after now, not one per missed time.
+    assert delivery.heartbeat_after(T0, FIVE_MINUTES, T0 + timedelta(minutes=61), None) == T0 + timedelta(minutes=65)
+    # No heartbeats inside the window (SPEC §8.3): the first grid point at or after its end.
+    quiet = parse({"from": "12:20", "to": "13:02", "tz": "UTC"})
+    assert delivery.heartbeat_after(T0, FIVE_MINUTES, T0 + timedelta(minutes=16), quiet) == datetime(2026, 6, 1, 13, 5)
+    assert delivery.heartbeat_after(T0, FIVE_MINUTES, T0 + timedelta(minutes=16), None) == datetime(2026, 6, 1, 12, 20)
+    # A heartbeat whose time has come is made only outside the window.
+    assert delivery.heartbeat_wanted(datetime(2026, 6, 1, 12, 15), datetime(2026, 6, 1, 12, 19), quiet)
+    assert not delivery.heartbeat_wanted(datetime(2026, 6, 1, 12, 15), datetime(2026, 6, 1, 12, 21), quiet)
+    assert not delivery.heartbeat_wanted(datetime(2026, 6, 1, 12, 25), datetime(2026, 6, 1, 12, 21), None)
+
+
+def test_a_daily_heartbeat_whose_time_is_always_quiet_never_comes() -> None:
+    quiet = parse({"from": "23:00", "to": "06:00", "tz": "Europe/Berlin"})
+    anchor = datetime(2026, 6, 1, 1, 0)  # 03:00 in Berlin, every day inside the window
+    due = delivery.heartbeat_after(anchor, 86_400, anchor, quiet)
+    assert not delivery.heartbeat_wanted(due, due, quiet)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(0, 86_400 * 3),  # after, seconds from T0
+    st.sampled_from([300.0, 600.0, 1800.0, 3600.0, 5400.0]),
+    st.integers(0, 23), st.integers(1, 12),
+    st.sampled_from(["Europe/Berlin", "America/New_York", "UTC", "Australia/Lord_Howe"]),
+    st.sampled_from([datetime(2026, 3, 28, 20, 0), datetime(2026, 10, 24, 21, 0), datetime(2026, 11, 1, 3, 0)]),
+)
+def test_heartbeat_times_are_on_the_grid_after_now_and_outside_quiet_hours(
+    after_seconds: int, every: float, start_hour: int, hours: int, tz: str, anchor: datetime
+) -> None:
+    """Across daylight-saving nights in several zones: always later than `after`, on the
+    grid, and outside the quiet window (SPEC §8.3)."""
+    from oar.quiet_hours import window_around
+
+    quiet = parse({"from": f"{start_hour:02d}:00", "to": f"{(start_hour + hours) % 24:02d}:30", "tz": tz})
+    after = anchor + timedelta(seconds=after_seconds)
+    due = delivery.heartbeat_after(anchor, every, after, quiet)
+    assert due > after
+    assert (due - anchor) % timedelta(seconds=every) == timedelta(0)
+    assert window_around(quiet, due) is None
+
+
+def test_a_turn_is_quiet_since_its_output_last_changed_as_the_sweeper_saw_it() -> None:
+    started = T0 - timedelta(minutes=3)
+    # First look: no output yet → quiet since it started; some output → from now.
+    assert delivery.quiet_since(None, None, 0, started, T0) == started
+    assert delivery.quiet_since(None, None, 120, started, T0) == T0
+    # Same size as last time → still the same spell; changed → a new spell from now.
+    assert delivery.quiet_since(120, T0, 120, started, T0 + timedelta(minutes=4)) == T0
+    assert delivery.quiet_since(120, T0, 180, started, T0 + timedelta(minutes=4)) == T0 + timedelta(minutes=4)
+
+
+def test_each_stalled_minutes_value_is_reported_once_per_quiet_spell() -> None:
+    since = T0
+    assert delivery.stalls_due(since, [15, 30, 15], [], T0 + timedelta(minutes=14), 60) == []
+    assert delivery.stalls_due(since, [15, 30, 15], [], T0 + timedelta(minutes=15), 60) == [15]
+    assert delivery.stalls_due(since, [15, 30], [15], T0 + timedelta(minutes=20), 60) == []
+    assert delivery.stalls_due(since, [15, 30], [15], T0 + timedelta(minutes=31), 60) == [30]
+    assert delivery.stalls_due(since, [15, 30], [], T0 + timedelta(minutes=31), 60) == [15, 30]
+    # A shortened minute (tests and demos) scales every value alike.
+    assert delivery.stalls_due(since, [2], [], T0 + timedelta(seconds=2), 1) == [2]
+
+
+held_items = st.lists(
+    st.builds(
+        lambda key, offset, reason: delivery.Held(key, T0 + timedelta(seconds=offset), reason),
+        st.integers(0, 10_000), st.integers(-600, 1200),
+        st.sampled_from([delivery.WINDOW, delivery.CAP, delivery.DIGEST, delivery.QUIET, delivery.OWN, delivery.URGENT]),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(held_items, kinds, st.integers(0, 40), st.lists(options, min_size=1, max_size=3))
+def test_the_open_slots_decide_like_every_held_event(
+    held: list[delivery.Held], kind: str, wakeups: int, subscriptions: list[delivery.Rules]
+) -> None:
+    """The engine keeps only the open window and cap digest while it holds a batch."""
+    assert delivery.due_for(subscriptions, kind, T0, held, wakeups, TIMING) == delivery.due_for(
+        subscriptions, kind, T0, delivery.open_slots(held, T0), wakeups, TIMING
+    )

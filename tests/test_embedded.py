@@ -215,6 +215,7 @@ def test_the_embedded_relay_runs_turns_stops_cleanly_and_keeps_its_data(launch: 
     assert settings["agent_sessions_enabled"] is True
     conversation = owner.post("/api/v1/owner/sessions", {"title": "desk"})
     desk = Agent(url, conversation["token"], conversation["session"]["id"])
+    owner.patch(f"/api/v1/owner/sessions/{desk.session_id}", {"approvals": ["create_sessions"]})
 
     created = desk.ok("create_session", relay="this", text="hello from the embedded relay", wait_seconds=60)
     assert created["status"] == "done", created
@@ -253,6 +254,8 @@ def test_the_embedded_relay_runs_turns_stops_cleanly_and_keeps_its_data(launch: 
     assert second.next_line(LISTENING, timeout=90)["url"] == url
     assert owner.get("/api/v1/owner/settings")["settings"]["agent_sessions_enabled"] is True
     desk = Agent(url, conversation["token"], conversation["session"]["id"])
+    # The owner's Allow for the conversation is remembered across the restart (SPEC §6).
+    assert owner.get(f"/api/v1/owner/sessions/{desk.session_id}")["session"]["approvals"] == ["create_sessions"]
     history = desk.ok("read_session", relay="this", session=session, last=50)["messages"]
     assert "echo: hello from the embedded relay" in [m["text"] for m in history]
     # The turn that was running when the relay stopped is failed by the reconciler, not left running.

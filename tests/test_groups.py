@@ -251,12 +251,13 @@ def test_the_head_hands_over_when_it_leaves(relay: Relay, desk: Agent) -> None:
     assert group_of(desk, second) == {"id": group["id"], "name": "Beta", "role": "head"}
 
 
-def test_update_session_group_of_a_session_the_caller_did_not_start_is_refused(relay: Relay, desk: Agent) -> None:
+def test_update_session_group_of_a_session_the_caller_did_not_start_needs_the_owner(relay: Relay) -> None:
     release = owner_group(relay, "Release 2.4")
     theirs = owner_session(relay, "theirs")
-    body = desk.refused("update_session", "REMOTE_RELAY_PERMISSION", relay="this", session=theirs, group=release["id"])
+    caller = relay.conversation("caller", approvals=())  # no Allow yet, and no turn to ask in
+    body = caller.refused("update_session", "REMOTE_RELAY_NO_ACTIVE_TURN", relay="this", session=theirs, group=release["id"])
     assert body["error"].endswith("Nothing was changed.")
-    assert group_of(desk, theirs) is None
+    assert group_of(caller, theirs) is None
     assert next(g for g in owner_groups(relay) if g["id"] == release["id"])["memberCount"] == 0
 
 

@@ -179,6 +179,7 @@ def owner(procfile: Procfile) -> Client:
 
 def conversation(procfile: Procfile, owner: Client, title: str) -> Agent:
     body = owner.post("/api/v1/owner/sessions", {"title": title})
+    owner.patch(f"/api/v1/owner/sessions/{body['session']['id']}", {"approvals": ["create_sessions"]})
     return Agent(procfile.url, body["token"], body["session"]["id"])
 
 

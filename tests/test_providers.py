@@ -79,7 +79,8 @@ def test_it_configures_a_provider_and_discovers_its_models_without_ever_showing_
         ({"kind": "chat", "base_url": "http://host/v1", "models": ["a"], "default_model": "b"}, "default_model 'b' is not in models"),
         ({"kind": "chat", "base_url": "http://host/v1", "temperature": 2}, "provider does not take: temperature"),
         ({"kind": "chat", "base_url": "http://host/v1", "monthly_token_cap": 0}, "monthly_token_cap must be a whole number"),
-        ({"kind": "runs"}, 'kind "runs" is not available on this relay yet'),
+        ({"kind": "runs"}, "A runs provider needs base_url"),
+        ({"kind": "runs", "base_url": "http://host/v1", "command": ["x"]}, "command is for cli providers only"),
     ],
 )
 def test_a_bad_provider_configuration_is_refused_saying_why(relay: Relay, body: dict[str, Any], words: str) -> None:
@@ -214,6 +215,7 @@ def test_a_model_calls_relay_tool_and_the_relay_runs_the_loop_as_that_session(
     configure(relay, fake, kind)
     owner = relay.owner.post("/api/v1/owner/sessions", {"title": "llm", "provider": "lab"})
     session = owner["session"]["id"]
+    relay.owner.patch(f"/api/v1/owner/sessions/{session}", {"approvals": ["create_sessions"]})  # allowed ahead
     call = {"action": "create_session", "relay": "this", "provider": "echo", "text": "made by a model"}
     message = relay.owner.post(f"/api/v1/owner/sessions/{session}/messages", {"text": "#tool " + json.dumps(call)})
     done = desk.ok("wait", relay="this", session=session, message_id=message["message_id"], wait_seconds=30)

@@ -44,7 +44,9 @@ def test_a_session_an_agent_created_cannot_create_sessions(relay: Relay, desk: A
 def test_the_owner_lets_an_agent_created_session_start_sessions(relay: Relay, desk: Agent) -> None:
     created = desk.ok("create_session", relay="this", text="child")
     child_id = created["session"]
-    switched = relay.owner.patch(f"/api/v1/owner/sessions/{child_id}", {"may_create_sessions": True})
+    switched = relay.owner.patch(
+        f"/api/v1/owner/sessions/{child_id}", {"may_create_sessions": True, "approvals": ["create_sessions"]}
+    )
     assert switched["session"]["mayCreateSessions"] is True
     assert listed(desk, child_id)["mayCreateSessions"] is True
     assert desk.ok("read_session", relay="this", session=child_id)["session"]["mayCreateSessions"] is True
@@ -252,13 +254,15 @@ def test_the_31st_agent_prompt_needs_the_user(relay: Relay, desk: Agent) -> None
     desk.ok("wait", relay="this", session=session, message_id=last["message_id"], wait_seconds=60)
     count = message_count(relay, session)
     before = owner_sessions(relay)
-    body = desk.refused("send", "REMOTE_RELAY_APPROVAL_DENIED", relay="this", session=session, text="prompt 32")
+    # The 31st needs the owner's card ("keep going?"); over HTTP with no turn to show it in,
+    # it fails closed (the card itself: tests/test_cards.py).
+    body = desk.refused("send", "REMOTE_RELAY_NO_ACTIVE_TURN", relay="this", session=session, text="prompt 32")
     assert body["error"] == (
-        "This conversation's agent has sent 30 prompts to other sessions since the user last wrote here; "
-        "going on needs the user's approval. Ask the user to write in this conversation to continue. "
-        "Nothing was sent."
+        "send needs the owner's approval (30 prompts to other sessions since the user last wrote here), and "
+        "this conversation has no running turn to show the card in. Ask the user to allow it from a turn of "
+        "this conversation. Nothing was sent."
     )
-    created = desk.refused("create_session", "REMOTE_RELAY_APPROVAL_DENIED", relay="this", text="new one")
+    created = desk.refused("create_session", "REMOTE_RELAY_NO_ACTIVE_TURN", relay="this", text="new one")
     assert created["error"].endswith("Nothing was created.")
     assert message_count(relay, session) == count
     assert owner_sessions(relay) == before
@@ -267,8 +271,8 @@ def test_the_31st_agent_prompt_needs_the_user(relay: Relay, desk: Agent) -> None
     desk.ok("read_session", relay="this", session=session)
     # A prompt another agent writes into the conversation is not the user: no reset.
     other = relay.conversation("other")
-    other.ok("send", relay="this", session=desk.session_id, text="hello desk", wait_seconds=0)
-    desk.refused("send", "REMOTE_RELAY_APPROVAL_DENIED", relay="this", session=session, text="still no")
+    assert other.ok("send", relay="this", session=desk.session_id, text="hello desk")["status"] == "done"
+    desk.refused("send", "REMOTE_RELAY_NO_ACTIVE_TURN", relay="this", session=session, text="still no")
     # The owner writing in the conversation resets the count.
     relay.owner.post(f"/api/v1/owner/sessions/{desk.session_id}/messages", {"text": "go on"})
     again = desk.ok("send", relay="this", session=session, text="prompt 1 again")
@@ -280,6 +284,6 @@ def test_the_owner_writing_in_the_target_does_not_reset_the_callers_count(relay:
     for number in range(2, 31):
         desk.ok("send", relay="this", session=session, text=str(number), wait_seconds=0)
     relay.owner.post(f"/api/v1/owner/sessions/{session}/messages", {"text": "owner in the target"})
-    desk.refused("send", "REMOTE_RELAY_APPROVAL_DENIED", relay="this", session=session, text="31")
+    desk.refused("send", "REMOTE_RELAY_NO_ACTIVE_TURN", relay="this", session=session, text="31")
     # The count belongs to the conversation: another conversation still may prompt.
     relay.conversation("other").ok("send", relay="this", session=session, text="from other", wait_seconds=0)

@@ -52,8 +52,10 @@ def in_a_day() -> str:
 
 
 def test_it_schedules_into_its_own_conversation_and_fires_in_the_targets_mode(relay: Relay, desk: Agent) -> None:
-    relay.owner.patch(f"/api/v1/owner/sessions/{desk.session_id}", {"mode": "plan"})
     body = desk.ok("schedule", text="check the nightly build", every_minutes=1440, title="nightly")
+    # Set afterwards (in plan mode the schedule call itself would ask a card): a firing runs in
+    # the mode its target has when it fires.
+    relay.owner.patch(f"/api/v1/owner/sessions/{desk.session_id}", {"mode": "plan"})
     schedule_id = body["schedule_id"]
     assert re.fullmatch(r"sch_[0-9a-f]{12}", schedule_id)
     shown = body["schedule"]
@@ -198,7 +200,8 @@ def test_the_31st_agent_prompt_cannot_be_a_schedule_and_nothing_is_created(relay
     other = relay.conversation("other")
     with database.connection_context():
         Session.update(loop_prompt_count=defaults.LOOP_PROMPTS_BEFORE_CARD).where(Session.id == desk.session_id).execute()
-    desk.refused("schedule", "REMOTE_RELAY_APPROVAL_DENIED", text="x", at=in_a_day(), session=other.session_id)
+    # It needs the loop card; over HTTP there is no turn to show it in (the card: tests/test_cards.py).
+    desk.refused("schedule", "REMOTE_RELAY_NO_ACTIVE_TURN", text="x", at=in_a_day(), session=other.session_id)
     assert desk.ok("list_schedules")["schedules"] == []
 
 

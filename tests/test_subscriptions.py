@@ -70,7 +70,7 @@ def test_archiving_a_named_session_ends_the_subscription(relay: Relay, desk: Age
     assert [entry.get("endReason") for entry in listed] == ["archived", None]
 
 
-def test_unsubscribe_all_and_transfer_fails_closed(relay: Relay, desk: Agent) -> None:
+def test_unsubscribe_all_and_transfer_without_a_turn_fails_closed(relay: Relay, desk: Agent) -> None:
     body = desk.ok("create_session", relay="this", text="hello", wait_seconds=30)
     watcher = relay.conversation("watcher")
     for _ in range(2):
@@ -78,7 +78,8 @@ def test_unsubscribe_all_and_transfer_fails_closed(relay: Relay, desk: Agent) ->
     assert len(watcher.ok("unsubscribe", subscription_id="all")["ended"]) == 2
     assert [e["endReason"] for e in watcher.ok("list_subscriptions")["subscriptions"]] == ["unsubscribed"] * 2
     watcher.ok("subscribe", sessions=[body["session"]])
-    refused = desk.refused("transfer_subscriptions", "REMOTE_RELAY_APPROVAL_DENIED", **{"from": watcher.session_id})
+    # Always a card; over HTTP there is no turn to show it in (the card: tests/test_cards.py).
+    refused = desk.refused("transfer_subscriptions", "REMOTE_RELAY_NO_ACTIVE_TURN", **{"from": watcher.session_id})
     assert refused["error"].endswith("Nothing was transferred.")
     assert len(desk.ok("list_subscriptions", watcher=watcher.session_id)["subscriptions"]) == 3
     assert desk.ok("list_subscriptions")["subscriptions"] == []

@@ -84,8 +84,16 @@ def test_the_21st_subscription_is_refused_and_creates_nothing(world: World) -> N
     assert snapshot(world.relay) == before
 
 
-def test_transfer_needs_a_card_and_fails_closed(world: World) -> None:  # noqa: F811
+def test_transfer_is_refused_before_any_card_when_there_is_nothing_to_move_or_too_much(world: World) -> None:  # noqa: F811
+    other = world.relay.agent_for(world.refs["<other>"])
     before = snapshot(world.relay)
-    body = world.desk.refused("transfer_subscriptions", "REMOTE_RELAY_APPROVAL_DENIED", **{"from": world.refs["<other>"]})
-    assert body["error"].endswith("Nothing was transferred.")
+    body = world.desk.refused("transfer_subscriptions", "REMOTE_RELAY_INVALID_INPUT", **{"from": other.session_id})
+    assert body["error"] == f"Session {other.session_id[:8]} has no active subscriptions. Nothing was transferred."
+    assert snapshot(world.relay) == before
+    for _ in range(12):
+        other.ok("subscribe", sessions=[world.refs["<child>"]])
+        world.desk.ok("subscribe", sessions=[world.refs["<child>"]])
+    before = snapshot(world.relay)
+    body = world.desk.refused("transfer_subscriptions", "REMOTE_RELAY_SUBSCRIPTION_LIMIT", **{"from": other.session_id})
+    assert body["error"].endswith("unsubscribe one first. Nothing was transferred.")
     assert snapshot(world.relay) == before

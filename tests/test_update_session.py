@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Agent, Relay
+from tests.conftest import Agent, Relay, poll
+from tests.test_cards import decide, pending_card, relay_line, write
 
 
 @pytest.fixture
@@ -137,9 +138,11 @@ def test_mode_set_by_update_session_lasts(relay: Relay, desk: Agent, mine: str) 
     # The owner writing in the session does not reset it.
     relay.owner.post(f"/api/v1/owner/sessions/{mine}/messages", {"text": "from the owner"})
     assert desk.ok("read_session", relay="this", session=mine)["session"]["settings"]["mode"] == "ask"
-    # A caller in ask mode sending without mode keeps it.
+    # A caller in ask mode sending without mode keeps it (its send asks the owner's card).
     asker = relay.conversation("asker", mode="ask")
-    asker.ok("send", relay="this", session=mine, text="hi")
+    write(relay, asker.session_id, relay_line({"action": "send", "relay": "this", "session": mine, "text": "hi"}))
+    decide(relay, pending_card(relay)["id"], "allow")
+    poll("the send from ask mode", lambda: "hi" in [m["text"] for m in relay.owner.get(f"/api/v1/owner/sessions/{mine}")["messages"]])
     assert settings_of(relay, mine)["mode"] == "ask"
     # A send from a caller in another mode passes that mode (SPEC §5.9).
     desk.ok("send", relay="this", session=mine, text="back to work")
@@ -237,22 +240,24 @@ def test_a_busy_session_cannot_move_to_another_folder(relay: Relay, desk: Agent)
         {"auto_compact_window": 50_000},
     ],
 )
-def test_changing_a_session_the_caller_did_not_start_is_refused(
-    relay: Relay, desk: Agent, change: dict[str, Any]
-) -> None:
+def test_changing_a_session_the_caller_did_not_start_needs_the_owner(relay: Relay, change: dict[str, Any]) -> None:
+    """Without the owner's remembered Allow and without a turn to show the card in: refused.
+    (The card itself, Allow and Deny: tests/test_cards.py.)"""
     theirs = relay.conversation("theirs").session_id
+    caller = relay.conversation("caller", approvals=())
     before = settings_of(relay, theirs)
     groups_before = relay.owner.get("/api/v1/owner/groups")["groups"]
-    body = desk.refused("update_session", "REMOTE_RELAY_PERMISSION", relay="this", session=theirs, **change)
+    body = caller.refused("update_session", "REMOTE_RELAY_NO_ACTIVE_TURN", relay="this", session=theirs, **change)
     assert body["error"].endswith("Nothing was changed.")
     assert settings_of(relay, theirs) == before
     assert relay.owner.get("/api/v1/owner/groups")["groups"] == groups_before
 
 
-def test_a_session_another_agent_started_is_not_the_callers(relay: Relay, desk: Agent) -> None:
+def test_a_session_another_agent_started_is_not_the_callers(relay: Relay) -> None:
     other = relay.conversation("other")
+    caller = relay.conversation("caller", approvals=())
     theirs = other.ok("create_session", relay="this", text="theirs")["session"]
-    desk.refused("update_session", "REMOTE_RELAY_PERMISSION", relay="this", session=theirs, title="Mine")
+    caller.refused("update_session", "REMOTE_RELAY_NO_ACTIVE_TURN", relay="this", session=theirs, title="Mine")
     # Its starter may.
     assert other.ok("update_session", relay="this", session=theirs, title="Ours")["changed"] == ["title"]
 

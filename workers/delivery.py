@@ -1,4 +1,5 @@
-"""RQ jobs: ingest new events, and deliver a watcher's due events at their due time."""
+"""RQ jobs: ingest new events, and deliver the events due at a due time (`deliver_due`; `deliver`
+is one watcher's, as earlier versions enqueued it)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,14 @@ from workers.runtime import current
 
 def ingest() -> int:
     try:
-        total = 0
-        while (count := subscriptions.ingest(current(), utcnow())) > 0:
-            total += count
-        return total
+        return subscriptions.ingest_pending(current(), utcnow)
+    finally:
+        database.close()
+
+
+def deliver_due(stamp: int) -> int:
+    try:
+        return subscriptions.run_due_job(current(), stamp, utcnow)
     finally:
         database.close()
 

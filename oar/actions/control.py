@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from oar import groups, lifecycle, providers, sessions, turns
+from oar import cards, groups, lifecycle, providers, sessions, turns
 from oar.actions.common import CWD, EFFORT, GROUP, MODE, MODEL, RELAY, SESSION, TITLE
 from oar.actions.dispatch import CallContext
 from oar.actions.prompts import check_effort, provider_unavailable
@@ -105,12 +105,10 @@ def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     stored_only = [key for key, value in ignored_settings.items() if getattr(target, key) != value]
     if not changed and not stored_only:
         return _update_result(ctx, target, [], notes)
-    if (changed or stored_only) and target.created_by_session != ctx.caller.id:
-        raise ActionError(
-            "REMOTE_RELAY_PERMISSION",
-            f"Session {target.id[:8]} was not started by this conversation; changing it needs the owner's "
-            f"Allow, which this relay cannot ask for yet. Ask the user to change it on the relay's page. {UPDATE_NOTHING}",
-        )
+    cards.approve(ctx, cards.Request(
+        action="update_session", nothing=UPDATE_NOTHING, target=target, denied_code="REMOTE_RELAY_PERMISSION",
+        lines=(_changes_line(wanted, changed, stored_only, ignored_settings, group_change),),
+    ))
     group_created = None
     agent_before = target.agent_session_id
     with write_transaction():
@@ -141,6 +139,22 @@ def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     if group_created:
         result["groupCreated"] = group_created
     return result
+
+
+def _changes_line(
+    wanted: dict[str, Any], changed: list[str], stored_only: list[str], ignored: dict[str, Any],
+    group_change: tuple[Any, ...] | None,
+) -> str:
+    """`Model: … · Effort: … · Group: …` for the card (SPEC §5.9)."""
+    parts = [f"{key.replace('_', ' ').capitalize()}: {wanted[key]}" for key in changed if key != "group"]
+    parts += [f"{key.replace('_', ' ').capitalize()}: {ignored[key]}" for key in stored_only]
+    if group_change is not None and group_change[0] in ("join", "create", "leave"):
+        kind = group_change[0]
+        if kind == "join":
+            parts.append(f"Group: {groups.display_name(group_change[1])} ({group_change[1].id})")
+        else:
+            parts.append(f"Group: {group_change[1]} (new)" if kind == "create" else "Group: none")
+    return " · ".join(parts)
 
 
 def _group_change(ctx: CallContext, target: Session, reference: str | None) -> tuple[Any, ...] | None:
@@ -195,6 +209,7 @@ def _update_result(ctx: CallContext, target: Session, changed: list[str], notes:
 def stop(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Stop the session's running turn, like the page's Stop button."""
     target = sessions.resolve(args["session"], ctx.relay_name, "Nothing was stopped.")
+    cards.approve(ctx, cards.Request(action="stop", nothing="Nothing was stopped.", target=target))
     acknowledgement = turns.request_stop(target)
     if acknowledgement == "stop-queued":
         turns.signal_stop(ctx.runtime, target.active_turn)
@@ -217,6 +232,7 @@ def stop(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
 def archive(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Archive a session: its running turn stops and queued prompts are cancelled."""
     target = sessions.resolve(args["session"], ctx.relay_name, "Nothing was archived.")
+    cards.approve(ctx, cards.Request(action="archive", nothing="Nothing was archived.", target=target))
     already = target.archived
     lifecycle.archive(ctx.runtime, target)
     result = {

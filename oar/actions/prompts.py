@@ -7,7 +7,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from oar import background, billing, defaults, groups, providers, rules, sessions, subscriptions, turns
+from oar import background, billing, cards, defaults, groups, providers, rules, sessions, subscriptions, turns
 from oar.actions.common import CWD, EFFORT, GROUP, MODE, MODEL, PROVIDER, RELAY, SESSION, TEXT, TITLE, WAIT_SECONDS
 from oar.actions.dispatch import CallContext
 from oar.actions.registry import Param, action
@@ -129,8 +129,12 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             f"Session {target.id[:8]} is busy with another turn (if_busy: fail). {nothing}",
             progress=turns.progress(active),
         )
-    rules.check_loop(ctx.caller, nothing)
     mode = args.get("mode") or ctx.caller.mode
+    cards.approve(ctx, cards.Request(
+        action="send", nothing=nothing, target=target, mode=mode, provider=provider.name, model=model,
+        folder=target.cwd or target.repo, excerpt=args["text"], counted=True,
+        lines=(billing.switch_note(provider),) if switched else (),
+    ))
     with write_transaction():
         Session.update(mode=mode, model=model, effort=effort, provider=provider.name).where(Session.id == target.id).execute()
         target = Session.get_by_id(target.id)
@@ -196,9 +200,13 @@ def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     else:
         effort = caller.effort if caller.effort in provider.efforts else None
     group = groups.resolve(args["group"], ctx.relay_name, "No session was created.") if args.get("group") else None
-    rules.check_loop(caller, nothing)
     mode = args.get("mode") or caller.mode
     title = (args.get("title") or "").strip() or sessions.title_from(args["text"])
+    cards.approve(ctx, cards.Request(
+        action="create_session", nothing=nothing, mode=mode, provider=provider.name, model=model,
+        folder=cwd or repo, excerpt=args["text"], counted=True,
+        lines=(f'Title: {title}', *((f"Group: {groups.display_name(group)} ({group.id})",) if group else ())),
+    ))
     with write_transaction():
         session = sessions.create(
             title=title, provider=provider.name, model=model, effort=effort, mode=mode,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from oar import questions, sessions
+from oar import cards, questions, sessions
 from oar.actions.common import RELAY
 from oar.actions.dispatch import CallContext
 from oar.actions.registry import Param, action
@@ -35,6 +35,10 @@ def answer_question(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     if question.session_id == ctx.caller.id:
         raise ActionError("REMOTE_RELAY_FORBIDDEN", f"An agent cannot answer its own questions. {nothing}")
     answer, choices = questions.checked_answer(question, args.get("answer"), args.get("choices"), nothing)
+    cards.approve(ctx, cards.Request(
+        action="answer_question", nothing=nothing, target=question.session, excerpt=answer,
+        lines=(f"Question: {question.question[:200]}",),
+    ))
     if not questions.settle(ctx.runtime, question, status="answered", answer=answer, choices=choices, via=ctx.relay_name):
         raise invalid(f"Question {question.id} was answered meanwhile. {nothing}")
     return {
@@ -74,6 +78,8 @@ def ask(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         if target.archived:
             raise invalid(f"Session {target.id[:8]} is archived. {nothing}")
     questions.check_ask_limits(ctx.caller.id, target.id, nothing)
+    if target.id != ctx.caller.id:  # a write only about another session (SPEC §5)
+        cards.approve(ctx, cards.Request(action="ask", nothing=nothing, target=target, excerpt=args["question"]))
     with write_transaction():
         question = questions.create_ask(
             ctx.caller, target, args["question"].strip(), [o.strip() for o in options],
@@ -118,6 +124,8 @@ def withdraw(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     question = questions.find(args["question_id"], ctx.relay_name, nothing)
     if question.kind != "ask" or question.asker_session_id != ctx.caller.id:
         raise ActionError("REMOTE_RELAY_FORBIDDEN", f"Only the conversation that asked {question.id} can withdraw it. {nothing}")
+    if question.status == "pending":
+        cards.approve(ctx, cards.Request(action="withdraw", nothing=nothing, lines=(f"Question: {question.question[:200]}",)))
     if not questions.settle(ctx.runtime, question, status="withdrawn", answer=None, choices=None, via=ctx.relay_name):
         raise invalid(f"Question {question.id} is no longer pending. {nothing}")
     return {

@@ -7,16 +7,17 @@ REMOTE_RELAY_UNKNOWN, as for every action).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from oar import defaults, rules, schedule_grid, schedules, sessions
+from oar import cards, defaults, rules, schedule_grid, schedules, sessions
 from oar.actions.common import RELAY, TITLE
 from oar.actions.dispatch import CallContext
 from oar.actions.registry import Param, action
 from oar.db import write_transaction
 from oar.errors import ActionError, invalid, not_found
 from oar.models import Schedule, Session
+from oar.timeutil import utcnow
 
 SCHEDULED_NOTHING = "Nothing was scheduled."
 UNSCHEDULED_NOTHING = "Nothing was unscheduled."
@@ -51,10 +52,6 @@ def schedule(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             raise not_found(f"Session {target.id[:8]} is archived. {SCHEDULED_NOTHING}")
     into_other = target.id != caller.id
     _check_limits(caller, target)
-    if into_other:
-        # Controlled like send: loop protection counts it once now and once per firing.
-        # The ask/plan-mode card, when cards exist, is asked here, once (SPEC §9).
-        rules.check_loop(caller, SCHEDULED_NOTHING)
     minute = ctx.runtime.time("SCHEDULE_MINUTE_SECONDS")
     every_seconds = every_minutes * minute if every_minutes else None
     try:
@@ -62,6 +59,14 @@ def schedule(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     except schedule_grid.BadTiming as error:
         raise invalid(f"schedule: {error}. {SCHEDULED_NOTHING}") from None
     title = (args.get("title") or "").strip() or sessions.title_from(args["text"])
+    # Controlled like send: loop protection counts it once now and once per firing, and the
+    # ask/plan-mode card is asked here, once; a firing has no turn and never asks (SPEC §9).
+    cards.approve(ctx, cards.Request(
+        action="schedule", nothing=SCHEDULED_NOTHING, target=target if into_other else None,
+        excerpt=args["text"], counted=into_other, lines=(f'Schedule: "{title}" · {_card_timing(args)}',),
+    ))
+    if utcnow() - ctx.now > timedelta(seconds=1):  # the card took a while: the grid starts at the Allow
+        first = schedule_grid.first_due(at=at, every_seconds=every_seconds, cron=cron, tz=tz, now=utcnow())
     turn = ctx.turn
     with write_transaction():
         row = Schedule.create(
@@ -141,6 +146,15 @@ def _check_limits(caller: Session, target: Session) -> None:
         )
 
 
+def _card_timing(args: dict[str, Any]) -> str:
+    timing = [f"at {args['at']}"] if args.get("at") else []
+    if args.get("every_minutes"):
+        timing.append(f"every {args['every_minutes']} min")
+    if args.get("cron"):
+        timing.append(f'cron "{args["cron"]}" {args.get("tz") or "UTC"}')
+    return ", ".join(timing) + (" · once" if args.get("once") else "")
+
+
 def _cadence(row: Schedule) -> str:
     if row.once or not (row.every_minutes or row.cron):
         return "once"
@@ -180,6 +194,7 @@ def unschedule(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             f'This conversation has no schedule "{schedule_id[:64]}" (firing into it or set by it). '
             f"{UNSCHEDULED_NOTHING}"
         )
+    cards.approve(ctx, cards.Request(action="unschedule", nothing=UNSCHEDULED_NOTHING, lines=(f'Schedule: "{row.title}" ({row.id})',)))
     ended = schedules.unschedule(row.id, ctx.now)
     row = Schedule.get_by_id(row.id)
     result: dict[str, Any] = {

@@ -1,16 +1,14 @@
 """subscribe, unsubscribe, list_subscriptions and transfer_subscriptions (SPEC §8.1, §8.4).
 
-Subscriptions only notify; they approve and answer nothing. This relay shows no approval
-cards yet: the first-watch card is not asked (the owner's "Agents may start and use
-sessions on this relay" switch stands for it), and `transfer_subscriptions`, which always
-needs a card, is refused (fails closed) — see docs/decisions.md.
+Subscriptions only notify; they approve and answer nothing. A conversation's first watch
+asks the owner's approval card (remembered), and `transfer_subscriptions` always does.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from oar import delivery, sessions, subscriptions
+from oar import cards, delivery, sessions, subscriptions
 from oar.actions.common import RELAY
 from oar.actions.dispatch import CallContext
 from oar.actions.registry import Param, action
@@ -51,6 +49,10 @@ def subscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     scope, named = _sessions(ctx, args["sessions"])
     exclude = _exclude(ctx, args.get("exclude"), scope)
     events = _events(args.get("events"))
+    if args.get("heartbeat_minutes") and "heartbeat" not in events:
+        events.append("heartbeat")  # setting heartbeat_minutes turns heartbeats on (SPEC §8.1)
+    elif "heartbeat" in events and not args.get("heartbeat_minutes"):
+        raise invalid(f"heartbeat needs heartbeat_minutes (5 to 1,440): how often it comes. {SUBSCRIBED_NOTHING}")
     match = args.get("match")
     if match and len(match) > 2 and match.startswith("/") and match.endswith("/"):
         import re
@@ -63,13 +65,15 @@ def subscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         quiet = parse(args["quiet_hours"]) if "quiet_hours" in args else None
     except BadQuietHours as error:
         raise invalid(f"{error}. {SUBSCRIBED_NOTHING}") from None
+    if subscriptions.active_of(caller.id).count() >= subscriptions.MAX_SUBSCRIPTIONS:
+        raise _limit_reached()
+    cards.approve(ctx, cards.Request(
+        action="subscribe", nothing=SUBSCRIBED_NOTHING, target=named[0] if len(named) == 1 else None,
+        lines=(_watch_line(scope, named, events, args, quiet),),
+    ))
     with write_transaction():
         if subscriptions.active_of(caller.id).count() >= subscriptions.MAX_SUBSCRIPTIONS:
-            raise ActionError(
-                "REMOTE_RELAY_SUBSCRIPTION_LIMIT",
-                f"This conversation already has {subscriptions.MAX_SUBSCRIPTIONS} subscriptions; unsubscribe one "
-                f"first. {SUBSCRIBED_NOTHING}",
-            )
+            raise _limit_reached()  # another call took the last place while the card waited
         row = Subscription.create(
             id=subscriptions.new_id(),
             watcher=caller.id,
@@ -79,7 +83,7 @@ def subscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             events=events,
             once=bool(args.get("once")),
             match=match,
-            stalled_minutes=args.get("stalled_minutes", 15),
+            stalled_minutes=args.get("stalled_minutes", int(ctx.runtime.time("STALLED_DEFAULT_MINUTES"))),
             heartbeat_minutes=args.get("heartbeat_minutes"),
             digest_minutes=args.get("digest_minutes"),
             quiet_hours=quiet.as_dict() if quiet else None,
@@ -88,6 +92,7 @@ def subscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         )
         row.idle = not subscriptions.busy(subscriptions.watched_ids(row))
         row.save()
+        subscriptions.ensure_cursor()
     view = subscriptions.view(row)
     watched = "all sessions" if scope == "all" else f"{len(named)} session{'s' if len(named) != 1 else ''}"
     return {
@@ -95,6 +100,31 @@ def subscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         "subscription_id": row.id,
         "subscription": view,
     }
+
+
+def _limit_reached(nothing: str = SUBSCRIBED_NOTHING) -> ActionError:
+    return ActionError(
+        "REMOTE_RELAY_SUBSCRIPTION_LIMIT",
+        f"This conversation already has {subscriptions.MAX_SUBSCRIPTIONS} subscriptions; unsubscribe one first. {nothing}",
+    )
+
+
+def _watch_line(scope: str, named: list[Session], events: list[str], args: dict[str, Any], quiet: Any) -> str:
+    """What the card shows: the sessions, the events and the options (SPEC §6)."""
+    watched = "all sessions" if scope == "all" else ", ".join(f'{s.id[:8]} "{s.title}"' for s in named[:5])
+    if scope != "all" and len(named) > 5:
+        watched += f" and {len(named) - 5} more"
+    parts = [f"Watch: {watched}", f"Events: {', '.join(events)}"]
+    if args.get("digest_minutes"):
+        parts.append(f"digest every {args['digest_minutes']} min")
+    if quiet is not None:
+        parts.append(f"quiet {quiet.text()}")
+    if args.get("exclude"):
+        count = len(args["exclude"])
+        parts.append(f"except {count} it leaves out")
+    if args.get("once"):
+        parts.append("once")
+    return " · ".join(parts)
 
 
 def _sessions(ctx: CallContext, given: list[Any]) -> tuple[str, list[Session]]:
@@ -159,6 +189,9 @@ def unsubscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         if row is None:
             raise not_found(f'This conversation has no subscription "{wanted[:64]}". {UNSUBSCRIBED_NOTHING}')
         rows = [row]
+    cards.approve(ctx, cards.Request(
+        action="unsubscribe", nothing=UNSUBSCRIBED_NOTHING, lines=(f"Subscriptions: {', '.join(r.id for r in rows)}",),
+    ))
     ended = []
     with write_transaction():
         for row in rows:
@@ -210,9 +243,24 @@ def transfer_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, 
         raise ActionError(
             "REMOTE_RELAY_OWN_SESSION", f"These subscriptions are already this conversation's. {TRANSFERRED_NOTHING}"
         )
-    # Always a card (SPEC §6); this relay shows no approval cards yet, so it fails closed.
-    raise ActionError(
-        "REMOTE_RELAY_APPROVAL_DENIED",
-        "Moving subscriptions between conversations needs the user's approval on a card, and this relay does not "
-        f"show approval cards yet. Ask the user to move them from the relay's page. {TRANSFERRED_NOTHING}",
-    )
+    moving = list(subscriptions.active_of(source.id).order_by(Subscription.created_at))
+    if not moving:
+        raise invalid(f"Session {source.id[:8]} has no active subscriptions. {TRANSFERRED_NOTHING}")
+    kept = subscriptions.active_of(ctx.caller.id).count()
+    if kept + len(moving) > subscriptions.MAX_SUBSCRIPTIONS:
+        raise _limit_reached(TRANSFERRED_NOTHING)
+    cards.approve(ctx, cards.Request(  # always a card (SPEC §6)
+        action="transfer_subscriptions", nothing=TRANSFERRED_NOTHING, target=source,
+        lines=(f"{len(moving)} subscription{'s' if len(moving) != 1 else ''}: {', '.join(r.id for r in moving)}",),
+    ))
+    moved = []
+    with write_transaction():
+        for row in moving:
+            copy = subscriptions.transfer(row, ctx.caller, ctx.now)
+            if copy is not None:
+                moved.append(copy)
+    return {
+        "summary": f"transfer_subscriptions → {ctx.relay_name}: {len(moved)} moved from session {source.id[:8]}",
+        "from": source.id,
+        "subscriptions": [subscriptions.view(row) for row in moved],
+    }

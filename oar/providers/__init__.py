@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import importlib
 
+# Aliased: `oar.providers.settings` (the provider configuration) is a submodule of this package.
+from oar import settings as stored_values
 from oar.models import Provider as ProviderRow
 from oar.providers.base import Provider
+from oar.timeutil import iso, utcnow
+
+# Internal values kept in the settings table (not owner settings: never listed or patched).
+REACHABILITY_KEY = "provider_reachability"
+DEFAULT_PROVIDER_KEY = "default_provider"
 
 # kind → dotted path of its class.
 PROVIDER_KINDS: dict[str, str] = {
@@ -13,6 +20,7 @@ PROVIDER_KINDS: dict[str, str] = {
     "chat": "oar.providers.chat.ChatProvider",
     "responses": "oar.providers.responses.ResponsesProvider",
     "anthropic": "oar.providers.anthropic.AnthropicProvider",
+    "runs": "oar.providers.runs.RunsProvider",
     "cli": "oar.providers.cli.CliProvider",
     "external": "oar.providers.external.ExternalProvider",
 }
@@ -28,9 +36,47 @@ def from_row(row: ProviderRow) -> Provider:
 
 
 def configured() -> list[Provider]:
-    """Configured providers in the owner's order."""
+    """Configured providers as pickers list them (SPEC §11): the owner's order, except that
+    providers whose last contact failed at the transport level come last (a stable sort)."""
     rows = ProviderRow.select().order_by(ProviderRow.position, ProviderRow.name)
-    return [from_row(row) for row in rows if row.kind in PROVIDER_KINDS]
+    listed = [from_row(row) for row in rows if row.kind in PROVIDER_KINDS]
+    down = unreachable()
+    return sorted(listed, key=lambda provider: provider.name in down)
+
+
+def unreachable() -> set[str]:
+    """Providers whose server did not answer the last time the relay called it (a cached
+    probe: the last turn's request or the model discovery; no call is made here)."""
+    noted = stored_values.get_value(REACHABILITY_KEY)
+    if not isinstance(noted, dict):
+        return set()
+    return {name for name, entry in noted.items() if isinstance(entry, dict) and entry.get("reachable") is False}
+
+
+def note_reachable(name: str, reachable: bool | None) -> None:
+    """Remember whether the provider's server answered (None: forget, e.g. it was reconfigured);
+    written only when that changes."""
+    noted = stored_values.get_value(REACHABILITY_KEY)
+    noted = dict(noted) if isinstance(noted, dict) else {}
+    if (noted.get(name) or {}).get("reachable") is reachable:
+        return
+    if reachable is None:
+        noted.pop(name, None)
+    else:
+        noted[name] = {"reachable": reachable, "at": iso(utcnow())}
+    stored_values.set_value(REACHABILITY_KEY, noted)
+
+
+def default_provider() -> Provider | None:
+    """The saved default provider; one that is no longer configured is repaired to the first
+    configured one, and the repair is saved (a state repair, not a settings change)."""
+    listed = configured()
+    saved = stored_values.get_value(DEFAULT_PROVIDER_KEY)
+    chosen = next((provider for provider in listed if provider.name == saved), None)
+    if chosen is None and listed:
+        chosen = listed[0]
+        stored_values.set_value(DEFAULT_PROVIDER_KEY, chosen.name)
+    return chosen
 
 
 def get(name: str) -> Provider | None:

@@ -22,6 +22,15 @@ class Activity:
     text: str
 
 
+def relay_tool_activity(payload: dict[str, Any]) -> Activity:
+    """`relay_tool send · this · 3f9c2a1e`: the page shows it as `🛰️ send · this · 3f9c2a1e`."""
+    parts = [str(payload.get("action", "?"))[:64], str(payload.get("relay") or "this")[:64]]
+    session = payload.get("session") or payload.get("from")
+    if isinstance(session, str) and session.strip():
+        parts.append(session.strip()[:8])
+    return Activity("relay_tool " + " · ".join(parts))
+
+
 @dataclass(frozen=True)
 class Usage:
     input_tokens: int = 0
@@ -36,6 +45,26 @@ class AgentSession:
 
 
 @dataclass(frozen=True)
+class TaskReported:
+    """A background task the agent runs itself (a cli agent's `run_in_background` command or
+    subagent). The relay records it as a Task; it never runs, stops or re-runs it."""
+
+    agent_task_id: str
+    description: str
+    type: str = "local_bash"  # local_bash | subagent
+    output_file: str | None = None  # where the agent writes its output, when it said
+
+
+@dataclass(frozen=True)
+class TaskEnded:
+    """The agent reported the end of a task it reported earlier in this turn."""
+
+    agent_task_id: str
+    status: str  # completed | failed | killed
+    note: str | None = None
+
+
+@dataclass(frozen=True)
 class OutputTruncated:
     """The reply stopped at the output budget even after a continuation (SPEC §11)."""
 
@@ -47,7 +76,7 @@ class TurnFailed:
     message: str
 
 
-TurnEvent = TextDelta | Activity | Usage | AgentSession | OutputTruncated | TurnFailed
+TurnEvent = TextDelta | Activity | Usage | AgentSession | TaskReported | TaskEnded | OutputTruncated | TurnFailed
 
 
 @dataclass
@@ -77,12 +106,19 @@ class TurnControl:
     cancelled: threading.Event = field(default_factory=threading.Event)
     call_relay_tool: Callable[[dict[str, Any]], dict[str, Any]] = lambda _args: {}
     # Raise an `ask_user` card and wait for its answer; None when the turn is stopped meanwhile.
-    ask_user: Callable[[str, list[str]], str | None] = lambda _question, _options: None
+    # `allow_freeform=False` makes a card answered only with one of its options (Allow/Deny).
+    ask_user: Callable[..., str | None] = lambda _question, _options, allow_freeform=True: None
     # Start a background task in the session's cwd; returns its id, raises ActionError when
     # it may not run (the owner setting allow_shell_tasks is off, a bad command).
     start_task: Callable[[str], str] = lambda _command: ""
     # What an attached `external` agent posted for this turn, waiting up to the given seconds.
     receive_external: Callable[[float], list[dict[str, Any]]] = lambda _seconds: []
+    # Whether the provider's server answered at all (False: a transport failure), for pickers.
+    note_reachable: Callable[[bool], None] = lambda _reachable: None
+    # Small notes a provider keeps about this session between turns (best effort: they live
+    # in Redis for a month), e.g. a session title still to be sent to an agent server.
+    recall: Callable[[str], str | None] = lambda _key: None
+    remember: Callable[[str, str | None], None] = lambda _key, _value: None
 
     def sleep(self, seconds: float) -> bool:
         """Wait `seconds`; False (at once) when the turn is stopped meanwhile."""
@@ -116,6 +152,14 @@ class Provider:
         if configured in self.models:
             return configured
         return self.models[0] if self.models else None
+
+    def model_for(self, requested: str | None) -> str | None:
+        """The model a turn runs on: the session's while it belongs to this provider (or the
+        provider lists none), else the provider's default (SPEC §11: a model the owner removed,
+        or one of another provider after a switch, is not sent)."""
+        if requested and (not self.models or requested in self.models):
+            return requested
+        return self.default_model
 
     @property
     def efforts(self) -> list[str]:

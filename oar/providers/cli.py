@@ -12,12 +12,21 @@ Its output is read line by line: JSON lines in the stream-json shape (`system`/`
 `result` carry `session_id`; `assistant` messages carry `text` and `tool_use` blocks;
 `result` carries `usage` and `is_error`) become text, tool activity and usage; other lines
 are plain reply text.
+
+Background tasks the agent reports become Tasks (recorded, never run by the relay): a
+`tool_use` with `input.run_in_background: true` (a `Bash` command, or a `Task`/`Agent`
+subagent) whose `tool_result` (in a `user` line) names the agent's id for it ("…running in
+background with ID: <id>. Output is being written to: <file>"), or a `system` line
+`{subtype: "task_started", task_id, description, task_type?, output_file?}`; a `system`
+line `{subtype: "task_notification", task_id, status: completed|failed|stopped, summary?}`
+reports its end.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -30,6 +39,8 @@ from oar.providers.base import (
     Activity,
     AgentSession,
     Provider,
+    TaskEnded,
+    TaskReported,
     TextDelta,
     TurnControl,
     TurnEvent,
@@ -43,6 +54,10 @@ STDERR_LINES = 20
 # A stopped agent gets SIGTERM, then SIGKILL after this long.
 KILL_GRACE_SECONDS = 3.0
 PLACEHOLDERS = ("prompt", "model", "effort", "cwd", "session", "agent_session")
+# How a coding agent's tool result names a background task and its output file.
+BACKGROUND_ID = re.compile(r"(?:with ID|task_id|agentId|agent ID)\s*[:=]?\s*([A-Za-z0-9][A-Za-z0-9_.-]{0,99})", re.I)
+OUTPUT_FILE = re.compile(r"(?:written to|output_file)\s*[:=]?\s*(/\S+)", re.I)
+SUBAGENT_TOOLS = ("Task", "Agent")
 
 
 @dataclass(frozen=True)
@@ -56,6 +71,9 @@ class CliLineParser:
     def __init__(self) -> None:
         self.wrote_text = False
         self.result_text: str | None = None
+        # tool_use id → (description, type) of calls asked to run in the background.
+        self.background_calls: dict[str, tuple[str, str]] = {}
+        self.reported: set[str] = set()
 
     def feed(self, line: str) -> list[TurnEvent | CliFailure]:
         stripped = line.strip()
@@ -69,14 +87,21 @@ class CliLineParser:
             return self._text(line.rstrip("\n") + "\n")
         kind = item["type"]
         out: list[TurnEvent | CliFailure] = []
-        if kind == "system" and item.get("session_id"):
-            out.append(AgentSession(str(item["session_id"])))
+        if kind == "system":
+            if item.get("session_id"):
+                out.append(AgentSession(str(item["session_id"])))
+            out.extend(self._task_line(item))
         elif kind == "assistant":
-            for block in (item.get("message") or {}).get("content") or []:
+            for block in _blocks(item):
                 if block.get("type") == "text" and block.get("text"):
                     out.extend(self._text(block["text"]))
                 elif block.get("type") == "tool_use":
                     out.append(Activity(f"{block.get('name', 'tool')} {_short(block.get('input'))}".strip()))
+                    self._note_background_call(block)
+        elif kind == "user":
+            for block in _blocks(item):
+                if block.get("type") == "tool_result":
+                    out.extend(self._background_result(block))
         elif kind == "result":
             if item.get("session_id"):
                 out.append(AgentSession(str(item["session_id"])))
@@ -93,6 +118,55 @@ class CliLineParser:
     def _text(self, text: str) -> list[TurnEvent | CliFailure]:
         self.wrote_text = True
         return [TextDelta(text)]
+
+    def _note_background_call(self, block: dict[str, Any]) -> None:
+        arguments = block.get("input") if isinstance(block.get("input"), dict) else {}
+        if arguments.get("run_in_background") is not True or not block.get("id"):
+            return
+        name = str(block.get("name") or "")
+        kind = "subagent" if name in SUBAGENT_TOOLS else "local_bash"
+        description = str(arguments.get("description") or arguments.get("command") or arguments.get("prompt") or name)
+        self.background_calls[str(block["id"])] = (description, kind)
+
+    def _background_result(self, block: dict[str, Any]) -> list[TurnEvent | CliFailure]:
+        call = self.background_calls.pop(str(block.get("tool_use_id") or ""), None)
+        if call is None or block.get("is_error"):
+            return []
+        content = block.get("content")
+        if isinstance(content, list):
+            content = " ".join(str(part.get("text") or "") for part in content if isinstance(part, dict))
+        text = str(content or "")
+        found = BACKGROUND_ID.search(text)
+        if found is None:
+            return []
+        output = OUTPUT_FILE.search(text)
+        task_id = found.group(1).rstrip(".-")  # the id may end a sentence
+        return self._reported(task_id, call[0], call[1], output.group(1).rstrip(".,;)") if output else None)
+
+    def _task_line(self, item: dict[str, Any]) -> list[TurnEvent | CliFailure]:
+        task_id = str(item.get("task_id") or "")
+        if not task_id:
+            return []
+        if item.get("subtype") == "task_started":
+            kind = "subagent" if "agent" in str(item.get("task_type") or "").lower() else "local_bash"
+            output = item.get("output_file")
+            return self._reported(task_id, str(item.get("description") or "background task"), kind, output if isinstance(output, str) else None)
+        if item.get("subtype") == "task_notification" and task_id in self.reported:
+            summary = item.get("summary")
+            return [TaskEnded(task_id, str(item.get("status") or "completed"), summary if isinstance(summary, str) else None)]
+        return []
+
+    def _reported(self, task_id: str, description: str, kind: str, output: str | None) -> list[TurnEvent | CliFailure]:
+        if task_id in self.reported:
+            return []
+        self.reported.add(task_id)
+        return [TaskReported(task_id, description[:500], kind, output)]
+
+
+def _blocks(item: dict[str, Any]) -> list[dict[str, Any]]:
+    message = item.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    return [block for block in content if isinstance(block, dict)] if isinstance(content, list) else []
 
 
 def _short(value: Any) -> str:

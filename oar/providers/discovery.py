@@ -11,13 +11,14 @@ from oar.providers.sse import error_text, redact
 # How long the owner API waits for a server's model list.
 DISCOVERY_TIMEOUT_SECONDS = 10.0
 # Kinds whose API has a model list.
-DISCOVERABLE_KINDS = ("chat", "responses", "anthropic")
+DISCOVERABLE_KINDS = ("chat", "responses", "anthropic", "runs")
 
 
 @dataclass(frozen=True)
 class Discovered:
     models: list[str]
     note: str | None = None  # why there is no list, when discovery failed
+    reachable: bool = True  # False: the server did not answer at all (for pickers)
 
 
 def discover_models(kind: str, base_url: str, api_key: str | None) -> Discovered:
@@ -31,7 +32,8 @@ def discover_models(kind: str, base_url: str, api_key: str | None) -> Discovered
     try:
         response = requests.get(url, headers=headers, timeout=DISCOVERY_TIMEOUT_SECONDS)
     except requests.RequestException as error:
-        return Discovered([], f"Model discovery failed: {redact(str(error), api_key)[:200]}.")
+        reachable = not isinstance(error, requests.ConnectionError | requests.ConnectTimeout)
+        return Discovered([], f"Model discovery failed: {redact(str(error), api_key)[:200]}.", reachable)
     if response.status_code != 200:
         detail = redact(error_text(response.content[:65_536], response.headers.get("content-type", "")), api_key)
         return Discovered([], f"Model discovery failed: {url} answered HTTP {response.status_code} ({detail}).")

@@ -11,7 +11,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-from oar.providers.base import Activity, Provider, TextDelta, TurnControl, TurnEvent, TurnFailed, TurnRequest
+from oar.providers.base import (
+    Activity,
+    Provider,
+    TextDelta,
+    TurnControl,
+    TurnEvent,
+    TurnFailed,
+    TurnRequest,
+    relay_tool_activity,
+)
 
 MAX_SLEEP_SECONDS = 86_400
 MAX_STREAM_CHUNKS = 100_000
@@ -81,7 +90,7 @@ def _relay(argument: str, control: TurnControl) -> Iterator[TurnEvent]:
     if not isinstance(payload, dict):
         yield TurnFailed("!relay needs a JSON object.")
         return
-    yield Activity(f"relay_tool {payload.get('action', '?')}")
+    yield relay_tool_activity(payload)
     result = control.call_relay_tool(payload)
     yield TextDelta("\nrelay: " + json.dumps(result, ensure_ascii=False, separators=(",", ":")))
 

@@ -16,7 +16,6 @@ from typing import Any
 import requests
 
 from oar.providers.base import (
-    Activity,
     OutputTruncated,
     Provider,
     TextDelta,
@@ -25,6 +24,7 @@ from oar.providers.base import (
     TurnFailed,
     TurnRequest,
     Usage,
+    relay_tool_activity,
 )
 from oar.providers.sse import ProviderError, SseEvent, StreamRequest, open_stream, redact
 
@@ -328,7 +328,7 @@ class LLMProvider(Provider):
             return json.dumps({"ok": False, "error": f"relay_tool arguments must be a JSON object: {error}."})
         if not isinstance(payload, dict):
             return json.dumps({"ok": False, "error": "relay_tool arguments must be a JSON object."})
-        yield Activity(f"relay_tool {str(payload.get('action', '?'))[:64]}")
+        yield relay_tool_activity(payload)
         return json.dumps(control.call_relay_tool(payload), ensure_ascii=False, separators=(",", ":"))
 
 

@@ -15,10 +15,19 @@ from oar.actions.registry import Param
 from oar.db import write_transaction
 from oar.errors import invalid
 from oar.models import Provider as ProviderRow
-from oar.providers import PROVIDER_KINDS
+from oar.providers import PROVIDER_KINDS, note_reachable
 from oar.providers.discovery import DISCOVERABLE_KINDS, discover_models
 
 NOTHING = "Nothing was changed."
+
+
+class HiddenText(str):
+    """A key on its way into the database: the same text, but its repr hides it, so the SQL
+    log (peewee logs every query's parameters at DEBUG) never shows it."""
+
+    def __repr__(self) -> str:
+        return "'[key hidden]'"
+
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # Every kind SPEC §16 names; those not in PROVIDER_KINDS are refused as not available yet.
 SPEC_KINDS = ("echo", "chat", "responses", "anthropic", "runs", "cli", "external")
@@ -111,11 +120,13 @@ def save(name: str, payload: dict[str, Any]) -> tuple[ProviderRow, str | None]:
     kind, options, api_key = check(name, payload)
     existing = ProviderRow.get_or_none(ProviderRow.name == name)
     key = api_key if api_key is not None else (existing.api_key if existing else None)
+    key = HiddenText(key) if key else None
     note = None
+    reachable: bool | None = None  # a new configuration: not known until it is called
     if kind in DISCOVERABLE_KINDS and not options.get("models"):
         # Outside any transaction: an HTTP call never holds the database.
         found = discover_models(kind, options["base_url"], key)
-        options["models"], note = found.models, found.note
+        options["models"], note, reachable = found.models, found.note, found.reachable
         if options.get("default_model") and found.models and options["default_model"] not in found.models:
             raise invalid(
                 f"provider: default_model '{options['default_model'][:100]}' is not among the models the server lists "
@@ -132,9 +143,12 @@ def save(name: str, payload: dict[str, Any]) -> tuple[ProviderRow, str | None]:
             if isinstance(position, int):
                 values["position"] = position
             ProviderRow.update(**values).where(ProviderRow.name == name).execute()
+    note_reachable(name, reachable)
     return ProviderRow.get_by_id(name), note
 
 
 def delete(name: str) -> bool:
     with write_transaction():
-        return bool(ProviderRow.delete().where(ProviderRow.name == name).execute())
+        deleted = bool(ProviderRow.delete().where(ProviderRow.name == name).execute())
+    note_reachable(name, None)
+    return deleted

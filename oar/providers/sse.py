@@ -186,24 +186,64 @@ class StreamRequest:
     name: str  # the provider's name, for messages
     url: str
     headers: dict[str, str]
-    body: dict[str, Any]
+    body: dict[str, Any] | None
     budget: int
     api_key: str | None
     connect_timeout: float
     read_timeout: float
+    method: str = "POST"
 
 
-def open_stream(http: requests.Session, request: StreamRequest, control: TurnControl) -> Iterator[SseEvent]:
-    """POST the request and yield its events; raises ProviderError. Ends quietly when stopped."""
+def _send(http: requests.Session, request: StreamRequest, control: TurnControl) -> requests.Response:
+    """Send the request (its body streamed back); raises ProviderError when no answer came.
+
+    Tells `control.note_reachable` whether the server answered at all: a picker lists
+    providers whose last contact failed at the transport level last (SPEC §11).
+    """
     try:
-        response = http.post(
-            request.url, headers=request.headers, json=request.body, stream=True,
+        response = http.request(
+            request.method, request.url, headers=request.headers, json=request.body, stream=True,
             timeout=(request.connect_timeout, request.read_timeout),
         )
     except requests.Timeout as error:
+        if isinstance(error, requests.ConnectTimeout):
+            control.note_reachable(False)
         raise ProviderError("timeout", f'Provider "{request.name}" did not answer in time ({_reason(error, request)}).') from None
     except requests.RequestException as error:
+        if isinstance(error, requests.ConnectionError):
+            control.note_reachable(False)
         raise ProviderError("network", f'Provider "{request.name}" could not be reached ({_reason(error, request)}).') from None
+    control.note_reachable(True)
+    return response
+
+
+def request_json(http: requests.Session, request: StreamRequest, control: TurnControl) -> dict[str, Any]:
+    """Send a request whose answer is one JSON object (e.g. starting a run); raises ProviderError.
+
+    A refused request is classified as a refused stream is; a 2xx answer that is not a JSON
+    object (an HTML login page, garbage) is a `protocol` error that says what came instead.
+    """
+    with _send(http, request, control) as response:
+        body = _limited_body(response)
+        if not 200 <= response.status_code < 300:
+            raise classify(request.name, response.status_code, response.headers, body, request.budget, request.api_key)
+        content_type = response.headers.get("content-type", "")
+        try:
+            payload = json.loads(body.decode("utf-8")) if body.strip() else None
+        except ValueError:
+            payload = None
+        if not isinstance(payload, dict):
+            detail = redact(error_text(body, content_type), request.api_key) or "an empty body"
+            raise ProviderError(
+                "protocol",
+                f'Provider "{request.name}" answered {content_type or "no content type"} instead of a JSON object: {detail}',
+            )
+        return payload
+
+
+def open_stream(http: requests.Session, request: StreamRequest, control: TurnControl) -> Iterator[SseEvent]:
+    """Send the request and yield its events; raises ProviderError. Ends quietly when stopped."""
+    response = _send(http, request, control)
     with response:
         if response.status_code != 200:
             raise classify(request.name, response.status_code, response.headers, _limited_body(response), request.budget, request.api_key)

@@ -1,4 +1,4 @@
-"""The web side: the agents' JSON API, the owner API and the health check."""
+"""The web side: the agents' JSON API, the owner API, the owner's page and the health check."""
 
 from __future__ import annotations
 
@@ -38,10 +38,14 @@ def create_app(config: Config | None = None) -> Flask:
 
     @app.errorhandler(ActionError)
     def action_error(error: ActionError):  # type: ignore[no-untyped-def]
+        if page.is_page_request():
+            return page.error_page(error.status, error.message)
         return jsonify(error.to_dict()), error.status
 
     @app.errorhandler(HTTPException)
     def http_error(error: HTTPException):  # type: ignore[no-untyped-def]
+        if page.is_page_request():
+            return page.http_error_page(error)
         code = "REMOTE_RELAY_NOT_FOUND" if error.code == 404 else "REMOTE_RELAY_INVALID_INPUT"
         body = {"ok": False, "code": code, "error": f"{error.name}: {error.description} Nothing was done."}
         return jsonify(body), error.code
@@ -50,6 +54,8 @@ def create_app(config: Config | None = None) -> Flask:
     def internal_error(error: Exception):  # type: ignore[no-untyped-def]
         reference = secrets.token_hex(4)
         log.exception("request %s %s failed (log reference %s)", request.method, request.path, reference)
+        if page.is_page_request():
+            return page.error_page(500, f"The relay failed (log reference {reference}). Its changes were rolled back.")
         body = {
             "ok": False,
             "code": "REMOTE_RELAY_INTERNAL",
@@ -57,8 +63,9 @@ def create_app(config: Config | None = None) -> Flask:
         }
         return jsonify(body), 500
 
-    from oar.web import api, external, health, owner
+    from oar.web import api, external, health, owner, page
 
+    app.register_blueprint(page.blueprint)
     app.register_blueprint(api.blueprint)
     app.register_blueprint(owner.blueprint)
     app.register_blueprint(external.blueprint)

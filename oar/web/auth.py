@@ -36,10 +36,18 @@ def require_owner(config: Config) -> None:
     token = bearer_token()
     if token is None:
         raise unauthorized("Send the owner token as Authorization: Bearer <token>. Nothing was done.")
-    if config.owner_token:
-        valid = ids.same_hash(token, ids.hash_token(config.owner_token))
-    else:
-        stored = settings.get_value(settings.OWNER_TOKEN_HASH_KEY)
-        valid = bool(stored) and ids.same_hash(token, stored)
-    if not valid:
+    if not is_owner_token(config, token):
         raise unauthorized("That token is not the owner token of this relay. Nothing was done.")
+
+
+def owner_token_hash(config: Config) -> str | None:
+    """The owner token's hash: of OAR_OWNER_TOKEN, else the one stored when it was generated."""
+    if config.owner_token:
+        return ids.hash_token(config.owner_token)
+    return settings.get_value(settings.OWNER_TOKEN_HASH_KEY) or None
+
+
+def is_owner_token(config: Config, token: str) -> bool:
+    """Whether `token` is the owner token (the API's bearer token, the page's sign-in)."""
+    stored = owner_token_hash(config)
+    return bool(stored) and ids.same_hash(token, stored)

@@ -6,7 +6,21 @@ from typing import Any
 
 from flask import Blueprint, jsonify, request
 
-from oar import automated, defaults, groups, ids, lifecycle, providers, questions, schedules, sessions, settings, turns
+from oar import (
+    automated,
+    cards,
+    defaults,
+    groups,
+    ids,
+    lifecycle,
+    providers,
+    questions,
+    schedules,
+    sessions,
+    settings,
+    subscriptions,
+    turns,
+)
 from oar.actions.args import check_fields, unstorable_text
 from oar.actions.common import CWD, EFFORT, MODE, MODEL, PROVIDER, TEXT, TITLE
 from oar.actions.prompts import check_effort, provider_unavailable
@@ -15,7 +29,7 @@ from oar.db import write_transaction
 from oar.errors import invalid, not_found
 from oar.folders import check_folder
 from oar.modelcheck import check_model
-from oar.models import Group, Message, Question, Schedule, Session
+from oar.models import Group, Message, Question, Schedule, Session, Subscription
 from oar.settings import default_cwd
 from oar.timeutil import iso, utcnow
 from oar.web import runtime
@@ -83,10 +97,17 @@ NEW_SESSION = {
 @blueprint.post("/sessions")
 def create_session():  # type: ignore[no-untyped-def]
     """A conversation of the user's, and the agent token its agent uses."""
+    session, token, message = start_conversation(body())
+    return ok(session=_session_view(session), token=token, message_id=message.id if message else None), 201
+
+
+def start_conversation(payload: dict[str, Any]) -> tuple[Session, str, Message | None]:
+    """The owner starts a conversation (owner API and page): the session, its agent token
+    (shown once) and the first prompt when `text` was given."""
     nothing = "Nothing was created."
     relay = runtime()
     name = relay.relay_name()
-    args, _ = check_fields("create session", NEW_SESSION, body(), strict=True, nothing=nothing)
+    args, _ = check_fields("create session", NEW_SESSION, payload, strict=True, nothing=nothing)
     configured = providers.configured()
     provider = providers.get(args["provider"]) if args.get("provider") else (configured[0] if configured else None)
     if provider is None:
@@ -111,8 +132,7 @@ def create_session():  # type: ignore[no-untyped-def]
         message = turns.insert_prompt(session, args["text"], turns.Provenance()) if args.get("text") else None
     if message is not None:
         turns.start_turns(relay, session.id)
-    session = Session.get_by_id(session.id)
-    return ok(session=_session_view(session), token=token, message_id=message.id if message else None), 201
+    return Session.get_by_id(session.id), token, message
 
 
 @blueprint.get("/sessions")
@@ -141,9 +161,15 @@ def read_session(session_id: str):  # type: ignore[no-untyped-def]
 
 @blueprint.post("/sessions/<session_id>/messages")
 def write_message(session_id: str):  # type: ignore[no-untyped-def]
-    """The user writes in the conversation: a turn, and the loop count starts over."""
+    message = write_as_user(session_id, body())
+    return ok(message_id=message.id, session=message.session_id), 201
+
+
+def write_as_user(session_id: str, payload: dict[str, Any]) -> Message:
+    """The user writes in the conversation (owner API and page): a turn, and the loop count
+    starts over."""
     relay = runtime()
-    args, _ = check_fields("write", {"text": TEXT}, body(), strict=True, nothing="Nothing was sent.")
+    args, _ = check_fields("write", {"text": TEXT}, payload, strict=True, nothing="Nothing was sent.")
     session = owner_session(session_id)
     if session.archived:
         raise not_found(f"Session {session.id[:8]} is archived. Nothing was sent.")
@@ -153,7 +179,7 @@ def write_message(session_id: str):  # type: ignore[no-untyped-def]
     turns.start_turns(relay, session.id)
     # The loop count starts over, so firings held by loop protection go out now (SPEC §9).
     schedules.release_held(relay, session.id, utcnow())
-    return ok(message_id=message.id, session=session.id), 201
+    return message
 
 
 @blueprint.post("/sessions/<session_id>/tokens")
@@ -169,17 +195,30 @@ SESSION_CHANGES = {
     "title": TITLE,
     "mode": MODE,
     "group_id": Param("str", max_length=64, description='a group id, or "none"'),
+    # The Allows remembered for this conversation's agent (SPEC §6), granted ahead or revoked.
+    "approvals": Param("list", description="create_sessions, watch_sessions, change_other_sessions"),
 }
 
 
 @blueprint.patch("/sessions/<session_id>")
 def change_session(session_id: str):  # type: ignore[no-untyped-def]
-    args, _ = check_fields("change session", SESSION_CHANGES, body(), strict=True, nothing="Nothing was changed.")
+    return ok(session=_session_view(change_session_settings(session_id, body())))
+
+
+def change_session_settings(session_id: str, payload: dict[str, Any]) -> Session:
+    """The owner changes a session (owner API and page), e.g. the may_create_sessions switch."""
+    args, _ = check_fields("change session", SESSION_CHANGES, payload, strict=True, nothing="Nothing was changed.")
     session = owner_session(session_id)
     group = None
     if args.get("group_id") and args["group_id"].lower() != "none":
         group = groups.resolve(args["group_id"], runtime().relay_name(), "Nothing was changed.")
+    # An empty list is "not given" for agents' arguments; here it revokes every remembered Allow.
+    approvals = args.get("approvals", [] if payload.get("approvals") == [] else None)
+    if approvals is not None and not all(kind in cards.REMEMBERED for kind in approvals):
+        raise invalid(f"approvals must be a list of {', '.join(cards.REMEMBERED)}. Nothing was changed.")
     with write_transaction():
+        if approvals is not None:
+            cards.set_approvals(session.id, "this", set(approvals))
         values = {key: args[key] for key in ("may_create_sessions", "title", "mode") if key in args}
         if values:
             Session.update(**values).where(Session.id == session.id).execute()
@@ -188,7 +227,7 @@ def change_session(session_id: str):  # type: ignore[no-untyped-def]
                 groups.leave(session)
             else:
                 groups.join(session, group)
-    return ok(session=_session_view(Session.get_by_id(session.id)))
+    return Session.get_by_id(session.id)
 
 
 @blueprint.post("/sessions/<session_id>/archive")
@@ -208,6 +247,7 @@ def delete_session(session_id: str):  # type: ignore[no-untyped-def]
 def _session_view(session: Session) -> dict[str, Any]:
     view = sessions.described(session, sessions.state_of(session, sessions.is_busy(session)))
     view["group"] = groups.field_for(session)
+    view["approvals"] = sorted(cards.approved(session.id, "this"))
     return view
 
 
@@ -217,6 +257,19 @@ def _session_view(session: Session) -> dict[str, Any]:
 @blueprint.get("/inbox")
 def inbox():  # type: ignore[no-untyped-def]
     """Every pending approval card and question, across sessions."""
+    return ok(cards=cards.pending(), questions=pending_questions())
+
+
+@blueprint.post("/cards/<card_id>")
+def decide_card(card_id: str):  # type: ignore[no-untyped-def]
+    """The owner's Allow or Deny on an approval card."""
+    decision = {"decision": Param("str", required=True, choices=("allow", "deny"))}
+    args, _ = check_fields("decide", decision, body(), strict=True, nothing="Nothing was changed.")
+    return ok(card=cards.decide(runtime(), card_id, args["decision"]))
+
+
+def pending_questions() -> list[dict[str, Any]]:
+    """Every pending question card and ask across sessions, oldest first (Inbox: API and page)."""
     pending = (
         Question.select(Question, Session.id, Session.title)
         .join(Session)
@@ -231,7 +284,7 @@ def inbox():  # type: ignore[no-untyped-def]
             recommendation=question.recommendation, detail=question.detail, createdAt=iso(question.created_at),
         )
         listed.append(entry)
-    return ok(cards=[], questions=listed)
+    return listed
 
 
 ANSWER = {"answer": Param("str", max_length=100_000), "choices": Param("list"), "dismiss": Param("bool")}
@@ -240,9 +293,14 @@ ANSWER = {"answer": Param("str", max_length=100_000), "choices": Param("list"), 
 @blueprint.post("/questions/<question_id>")
 def answer_question(question_id: str):  # type: ignore[no-untyped-def]
     """The owner answers or dismisses a question card (ask_user or ask)."""
+    return ok(question=answer_as_owner(question_id, body()))
+
+
+def answer_as_owner(question_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """The owner answers or dismisses a question card (owner API, page and Inbox)."""
     nothing = "Nothing was changed."
     relay = runtime()
-    args, _ = check_fields("answer", ANSWER, body(), strict=True, nothing=nothing)
+    args, _ = check_fields("answer", ANSWER, payload, strict=True, nothing=nothing)
     question = questions.find(question_id, relay.relay_name(), nothing)
     if args.get("dismiss"):
         if question.status != "pending":
@@ -255,7 +313,7 @@ def answer_question(question_id: str):  # type: ignore[no-untyped-def]
         raise invalid(f"Question {question.id} was settled meanwhile. {nothing}")
     if question.kind == "ask":
         automated.announce_answer(relay, question)
-    return ok(question=questions.listed(Question.get_by_id(question.id)))
+    return questions.listed(Question.get_by_id(question.id))
 
 
 # Groups ---------------------------------------------------------------------------------
@@ -319,7 +377,7 @@ def dissolve_group(group_id: str):  # type: ignore[no-untyped-def]
 
 @blueprint.get("/providers")
 def list_providers():  # type: ignore[no-untyped-def]
-    return ok(providers=[_provider_view(p) for p in providers.configured()])
+    return ok(providers=[provider_view(p) for p in providers.configured()])
 
 
 @blueprint.get("/providers/<name>")
@@ -327,7 +385,7 @@ def get_provider(name: str):  # type: ignore[no-untyped-def]
     provider = providers.get(name)
     if provider is None:
         raise not_found(f'No provider "{name[:64]}" is configured.')
-    return ok(provider=_provider_view(provider))
+    return ok(provider=provider_view(provider))
 
 
 @blueprint.put("/providers/<name>")
@@ -336,7 +394,7 @@ def put_provider(name: str):  # type: ignore[no-untyped-def]
     from oar.providers import settings as provider_settings
 
     row, note = provider_settings.save(name, body())
-    fields: dict[str, Any] = {"provider": _provider_view(providers.from_row(row))}
+    fields: dict[str, Any] = {"provider": provider_view(providers.from_row(row))}
     if note:
         fields["modelNote"] = note
     return ok(**fields)
@@ -351,7 +409,7 @@ def delete_provider(name: str):  # type: ignore[no-untyped-def]
     return ok(deleted=True, provider=name)
 
 
-def _provider_view(provider: providers.Provider) -> dict[str, Any]:
+def provider_view(provider: providers.Provider) -> dict[str, Any]:
     """Never the API key: only whether one is set."""
     options = provider.options
     return {
@@ -384,9 +442,56 @@ def list_schedules():  # type: ignore[no-untyped-def]
 @blueprint.delete("/schedules/<schedule_id>")
 def cancel_schedule(schedule_id: str):  # type: ignore[no-untyped-def]
     """The ⏰ list's Cancel: the schedule ends with endReason `unscheduled`."""
+    ended, row = end_schedule(schedule_id)
+    return ok(ended=ended, schedule=schedules.view(row))
+
+
+def end_schedule(schedule_id: str) -> tuple[bool, Schedule]:
+    """The ⏰ list's Cancel (owner API and page); False when it had already ended."""
     row = Schedule.get_or_none(Schedule.id == schedule_id.strip())
     if row is None:
         raise not_found(f'Relay "{runtime().relay_name()}" has no schedule "{schedule_id[:64]}". Nothing was changed.')
     ended = schedules.unschedule(row.id, utcnow())
-    return ok(ended=ended, schedule=schedules.view(Schedule.get_by_id(row.id)))
+    return ended, Schedule.get_by_id(row.id)
+
+
+# Subscriptions (the page's "watching N sessions" chips) ------------------------------------
+
+
+@blueprint.get("/subscriptions")
+def list_subscriptions():  # type: ignore[no-untyped-def]
+    """Every active subscription on this relay, with its watcher."""
+    return ok(subscriptions=[_subscription_view(row) for row in active_subscriptions()])
+
+
+@blueprint.delete("/subscriptions/<subscription_id>")
+def unsubscribe(subscription_id: str):  # type: ignore[no-untyped-def]
+    """The page's Unsubscribe: the subscription ends with endReason `unsubscribed` (SPEC §8.4)."""
+    ended, row = end_subscription(subscription_id)
+    return ok(ended=ended, subscription=_subscription_view(row))
+
+
+def active_subscriptions() -> list[Subscription]:
+    return list(
+        Subscription.select().join(Session)
+        .where(Subscription.ended_at.is_null() & (Session.deleted == False))  # noqa: E712
+        .order_by(Subscription.created_at)
+    )
+
+
+def end_subscription(subscription_id: str) -> tuple[bool, Subscription]:
+    """Unsubscribe (owner API and page); False when it had already ended."""
+    row = Subscription.get_or_none(Subscription.id == subscription_id.strip())
+    if row is None:
+        raise not_found(
+            f'Relay "{runtime().relay_name()}" has no subscription "{subscription_id[:64]}". Nothing was changed.'
+        )
+    with write_transaction():
+        ended = subscriptions.end(row, "unsubscribed", utcnow())
+    return ended, Subscription.get_by_id(row.id)
+
+
+def _subscription_view(row: Subscription) -> dict[str, Any]:
+    watcher = Session.get_by_id(row.watcher_id)
+    return {**subscriptions.view(row), "watcher": {"id": watcher.id, "title": watcher.title}}
 

@@ -5,7 +5,7 @@ What it answers depends on markers in the latest prompt, so a test picks the cas
 it sends: `#cap` (400 naming an output cap of 4096 while the budget is higher), `#length`
 (cut at the budget once), `#alwayslength`, `#overflow` (400 context overflow while the
 text `hello-old` is in the request), `#429` (rate limited once, retry-after 0),
-`#429always`, `#401` (quotes the key back), `#html`, `#drop` (connection dropped
+`#429always`, `#401` (quotes the key back), `#500` (a server error echoing the key), `#html`, `#drop` (connection dropped
 mid-stream), `#cut` (stream ends mid-event), `#stall` (sends a little, then only
 keep-alives), `#silent` (sends a little, then not a byte),
 `#think` (reasoning first), `#long <n>` (n one-token deltas, for the benchmark), `#tool {json}` (calls relay_tool with that JSON, then answers
@@ -112,6 +112,8 @@ class FakeLLM:
             seen = self.counts[prompt]
         if "#401" in prompt:
             return self._unauthorized(self.api_key)
+        if "#500" in prompt:
+            return {"error": {"message": f"internal error while serving key {self.api_key}", "type": "server_error"}}, 500
         if not self._key_ok("anthropic" if protocol == "anthropic" else "openai"):
             return self._unauthorized()
         budget = int(body.get(budget_field) or 0)

@@ -1,0 +1,516 @@
+"""The owner's page (SPEC §16 "Page"): sessions, a session, the Inbox and settings, as HTML.
+
+Server-rendered Jinja templates (autoescaped: agent-written text is never marked safe) and
+a little JavaScript that polls `/live/…` about once a second. Every form carries a CSRF
+token and every action calls the same function as the owner API's route for it.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from datetime import datetime
+from typing import Any
+
+from flask import (
+    Blueprint,
+    Response,
+    abort,
+    flash,
+    has_request_context,
+    jsonify,
+    redirect,
+    render_template,
+    request,
+    url_for,
+)
+from werkzeug.exceptions import HTTPException
+
+from oar import cards, lifecycle, sessions, settings
+from oar.actions.args import unstorable_text
+from oar.errors import ActionError, invalid, not_found
+from oar.models import Provider as ProviderRow
+from oar.timeutil import iso, utcnow
+from oar.web import page_auth, page_views, runtime
+from oar.web.auth import is_owner_token
+from oar.web.owner import (
+    answer_as_owner,
+    change_session_settings,
+    end_schedule,
+    end_subscription,
+    start_conversation,
+    write_as_user,
+)
+
+blueprint = Blueprint("page", __name__)
+
+# Endpoints an unsigned visitor may use: the sign-in form and its POST.
+PUBLIC = {"page.index", "page.sign_in"}
+LIVE = {"page.live_session", "page.live_overview", "page.live_inbox"}
+
+SETTING_BOOLS = ("agent_sessions_enabled", "accept_agent_prompts", "allow_shell_tasks", "shell_tasks_via_shell")
+SETTING_INTS = ("max_wait_seconds", "max_turn_seconds", "quiet_after_minutes", "rate_calls_per_minute",
+                "rate_writes_per_minute")
+# Provider options the form does not show; editing a provider of the same kind keeps them.
+PROVIDER_KEPT_OPTIONS = ("family", "billing", "workspace", "dotted_model_ids", "resume_args")
+PROVIDER_KINDS_OFFERED = ("chat", "responses", "anthropic", "cli", "external", "echo")
+WHOLE_NUMBER = re.compile(r"^\s*-?\d{1,18}\s*$")
+
+
+@blueprint.record_once
+def setup(state: Any) -> None:
+    page_auth.install(state.app)
+    state.app.add_template_filter(ago)
+    state.app.add_template_filter(when)
+
+
+@blueprint.url_value_preprocessor
+def storable_ids(_endpoint: str | None, values: dict[str, Any] | None) -> None:
+    """An id in the path holding a NUL names nothing (and PostgreSQL cannot even look it up)."""
+    if values and unstorable_text(values):
+        abort(404)
+
+
+@blueprint.before_request
+def guard():  # type: ignore[no-untyped-def]
+    """CSRF on every POST, then the sign-in check (JSON 401 for the live endpoints)."""
+    if request.method == "POST":
+        page_auth.check_csrf()
+    if request.endpoint in PUBLIC or page_auth.signed_in(runtime().config):
+        return None
+    if request.endpoint in LIVE:
+        return jsonify({"ok": False, "error": "Not signed in."}), 401
+    return redirect(url_for("page.index"))
+
+
+@blueprint.app_context_processor
+def page_context() -> dict[str, Any]:
+    if not has_request_context() or not page_auth.is_page_path(request.path):
+        return {}
+    context: dict[str, Any] = {"csrf_token": page_auth.csrf_token, "relay_name": runtime().relay_name,
+                               "signed_in": page_auth.signed_in(runtime().config), "page_kind": None}
+    if context["signed_in"]:
+        count = page_views.inbox_count()
+        context.update(inbox_count=count, nav_version=page_views.digest(count))
+    return context
+
+
+# Pages show tokens and agent-written text: no caching, no framing, scripts only from here.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'none'; "
+        "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+@blueprint.after_app_request
+def security_headers(response: Response) -> Response:
+    if page_auth.is_page_path(request.path) and not request.path.startswith("/static/"):
+        for name, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+    return response
+
+
+# Template filters ------------------------------------------------------------------------------
+
+
+def ago(moment: datetime | str | None) -> str:
+    """`just now`, `5 min ago`, `3 h ago`, `2 days ago`."""
+    if not moment:
+        return "never"
+    moment = parse_time(moment)
+    seconds = (utcnow() - moment).total_seconds()
+    if seconds < 0:
+        return "in " + _span(-seconds)
+    if seconds < 45:
+        return "just now"
+    return _span(seconds) + " ago"
+
+
+def _span(seconds: float) -> str:
+    if seconds < 90:
+        return f"{round(seconds)} s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min"
+    if seconds < 36 * 3600:
+        return f"{round(seconds / 3600)} h"
+    return f"{round(seconds / 86400)} days"
+
+
+def when(moment: datetime | str | None) -> str:
+    """A UTC time as `2026-11-02 02:00 UTC`."""
+    if not moment:
+        return ""
+    return parse_time(moment).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def parse_time(moment: datetime | str) -> datetime:
+    """A naive UTC datetime, from a datetime or the API's `…Z` text."""
+    if isinstance(moment, str):
+        return datetime.fromisoformat(moment.replace("Z", "+00:00")).replace(tzinfo=None)
+    return moment
+
+
+# Helpers ---------------------------------------------------------------------------------------
+
+
+def form_text(name: str) -> str:
+    return request.form.get(name, "")
+
+
+def payload_of(fields: dict[str, Any]) -> dict[str, Any]:
+    """A form as the JSON body the owner API would get: empty fields are left out."""
+    payload = {key: value for key, value in fields.items() if value not in (None, "", [])}
+    if unstorable_text(payload):
+        raise invalid("The form holds text the relay cannot store (a NUL character). Nothing was changed.")
+    return payload
+
+
+def back(default: str) -> str:
+    """Where a form returns to: its `next` field when that is a path on this site."""
+    target = request.form.get("next", "")
+    if target.startswith("/") and not target.startswith("//") and "\\" not in target and "\n" not in target:
+        return target
+    return default
+
+
+def done(message: str, default: str):  # type: ignore[no-untyped-def]
+    flash(message, "ok")
+    return redirect(back(default), code=303)
+
+
+def refused(error: ActionError, default: str):  # type: ignore[no-untyped-def]
+    flash(error.message, "error")
+    return redirect(back(default), code=303)
+
+
+def owner_session(session_id: str) -> Any:
+    return sessions.resolve(session_id, runtime().relay_name(), "Nothing was changed.")
+
+
+# Signing in --------------------------------------------------------------------------------
+
+
+@blueprint.get("/")
+def index():  # type: ignore[no-untyped-def]
+    if not page_auth.signed_in(runtime().config):
+        return render_template("sign_in.html")
+    return sessions_list()
+
+
+@blueprint.post("/")
+def sign_in():  # type: ignore[no-untyped-def]
+    if is_owner_token(runtime().config, form_text("token").strip()):
+        page_auth.sign_in(runtime().config)
+        return redirect(url_for("page.index"), code=303)
+    return render_template("sign_in.html", error="That is not the owner token of this relay. Try again."), 401
+
+
+@blueprint.post("/sign-out")
+def sign_out():  # type: ignore[no-untyped-def]
+    page_auth.sign_out()
+    return redirect(url_for("page.index"), code=303)
+
+
+# Sessions ------------------------------------------------------------------------------------
+
+
+def sessions_list(status: int = 200, **extra: Any):  # type: ignore[no-untyped-def]
+    archived = request.args.get("show") == "archived"
+    data = page_views.overview(archived)
+    return render_template(
+        "sessions.html", archived=archived, providers=page_views.provider_choices(), page_kind="overview", **data,
+        **extra,
+    ), status
+
+
+@blueprint.post("/sessions/new")
+def new_session():  # type: ignore[no-untyped-def]
+    values = {key: form_text(key).strip() for key in ("title", "provider", "model")}
+    values["text"] = form_text("text")
+    try:
+        session, token, _message = start_conversation(payload_of(values))
+    except ActionError as error:
+        return sessions_list(400, new_error=error.message, new_values=values)
+    return render_template("created.html", session=session, token=token)
+
+
+@blueprint.get("/sessions/<session_id>")
+def session_page(session_id: str):  # type: ignore[no-untyped-def]
+    session = sessions.resolve(session_id, runtime().relay_name())
+    if session.id != session_id:  # a short id: the page lives at the full one
+        return redirect(url_for("page.session_page", session_id=session.id))
+    return render_template("session.html", page_kind="session", **page_views.session_page(session))
+
+
+@blueprint.post("/sessions/<session_id>/messages")
+def write(session_id: str):  # type: ignore[no-untyped-def]
+    here = url_for("page.session_page", session_id=session_id)
+    try:
+        write_as_user(session_id, payload_of({"text": form_text("text")}))
+    except ActionError as error:
+        return refused(error, here)
+    return redirect(here + "#end", code=303)
+
+
+@blueprint.post("/sessions/<session_id>/archive")
+def archive(session_id: str):  # type: ignore[no-untyped-def]
+    here = url_for("page.session_page", session_id=session_id)
+    try:
+        lifecycle.archive(runtime(), owner_session(session_id))
+    except ActionError as error:
+        return refused(error, here)
+    return done("Archived: its turn was stopped and queued prompts cancelled.", here)
+
+
+@blueprint.post("/sessions/<session_id>/may-create")
+def may_create(session_id: str):  # type: ignore[no-untyped-def]
+    here = url_for("page.session_page", session_id=session_id)
+    allowed = form_text("may_create_sessions") == "on"
+    try:
+        change_session_settings(session_id, {"may_create_sessions": allowed})
+    except ActionError as error:
+        return refused(error, here)
+    state = "may now start sessions" if allowed else "may no longer start sessions"
+    return done(f"Agents in this conversation {state}.", here)
+
+
+@blueprint.post("/sessions/<session_id>/approvals")
+def approvals(session_id: str):  # type: ignore[no-untyped-def]
+    """The Allows remembered for this conversation's agent, granted ahead or revoked (SPEC §6)."""
+    here = url_for("page.session_page", session_id=session_id)
+    try:
+        change_session_settings(session_id, {"approvals": request.form.getlist("approvals")})
+    except ActionError as error:
+        return refused(error, here)
+    return done("Saved what this conversation's agent may do without asking.", here)
+
+
+# Questions and approval cards -------------------------------------------------------------------
+
+
+@blueprint.post("/questions/<question_id>")
+def answer(question_id: str):  # type: ignore[no-untyped-def]
+    inbox = url_for("page.inbox")
+    if form_text("dismiss"):
+        fields: dict[str, Any] = {"dismiss": True}
+    elif request.form.getlist("choices") or form_text("choice"):
+        fields = {"choices": request.form.getlist("choices") or [form_text("choice")]}
+    else:
+        fields = {"answer": form_text("answer").strip()}
+    try:
+        answer_as_owner(question_id, payload_of(fields))
+    except ActionError as error:
+        return refused(error, inbox)
+    return done("Dismissed." if fields.get("dismiss") else "Answered.", inbox)
+
+
+@blueprint.post("/cards/<card_id>")
+def decide(card_id: str):  # type: ignore[no-untyped-def]
+    inbox = url_for("page.inbox")
+    decision = form_text("decision")
+    try:
+        cards.decide(runtime(), card_id, decision)
+    except ActionError as error:
+        return refused(error, inbox)
+    return done("Allowed." if decision == "allow" else "Denied.", inbox)
+
+
+@blueprint.get("/inbox")
+def inbox():  # type: ignore[no-untyped-def]
+    return render_template("inbox.html", page_kind="inbox", **page_views.inbox())
+
+
+# Watching and schedules -------------------------------------------------------------------------
+
+
+@blueprint.post("/subscriptions/<subscription_id>/unsubscribe")
+def unsubscribe(subscription_id: str):  # type: ignore[no-untyped-def]
+    try:
+        ended, row = end_subscription(subscription_id)
+    except ActionError as error:
+        return refused(error, url_for("page.index"))
+    return done(f"Unsubscribed {row.id}." if ended else f"{row.id} had already ended.", url_for("page.index"))
+
+
+@blueprint.post("/schedules/<schedule_id>/cancel")
+def cancel_schedule(schedule_id: str):  # type: ignore[no-untyped-def]
+    try:
+        ended, row = end_schedule(schedule_id)
+    except ActionError as error:
+        return refused(error, url_for("page.index"))
+    return done(f"Cancelled ⏰ {row.title}." if ended else f"{row.id} had already ended.", url_for("page.index"))
+
+
+# Settings ---------------------------------------------------------------------------------------
+
+
+def settings_page(status: int = 200, **extra: Any):  # type: ignore[no-untyped-def]
+    values = extra.pop("values", None) or settings.load(runtime().config)
+    editing = extra.pop("provider_values", None)
+    if editing is None and request.args.get("edit"):
+        row = ProviderRow.get_or_none(ProviderRow.name == request.args["edit"])
+        if row is not None:
+            editing = provider_form_values(row)
+    return render_template(
+        "settings.html", page_kind="settings", values=values, providers=page_views.provider_list(),
+        provider_values=editing or {"kind": "chat"}, kinds=PROVIDER_KINDS_OFFERED, **extra,
+    ), status
+
+
+@blueprint.get("/settings")
+def settings_view():  # type: ignore[no-untyped-def]
+    return settings_page()
+
+
+def whole_number(text: str) -> Any:
+    """The form's text as a number when it is one; else the text, which the check refuses by name."""
+    return int(text) if WHOLE_NUMBER.match(text) else text
+
+
+@blueprint.post("/settings")
+def save_settings():  # type: ignore[no-untyped-def]
+    changes: dict[str, Any] = {name: name in request.form for name in SETTING_BOOLS}
+    for name in SETTING_INTS:
+        changes[name] = whole_number(form_text(name))
+    changes["relay_name"] = form_text("relay_name")
+    changes["allowed_roots"] = [line.strip() for line in form_text("allowed_roots").splitlines() if line.strip()]
+    try:
+        if unstorable_text(changes):
+            raise invalid("The form holds text the relay cannot store (a NUL character). Nothing was changed.")
+        settings.update(runtime().config, changes)
+    except ActionError as error:
+        shown = {**changes, "allowed_roots": changes["allowed_roots"]}
+        return settings_page(400, values=shown, settings_error=error.message)
+    flash("Settings saved.", "ok")
+    return redirect(url_for("page.settings_view"), code=303)
+
+
+def provider_form_values(row: ProviderRow) -> dict[str, Any]:
+    """A stored provider as the form shows it (never its API key)."""
+    options = row.options or {}
+    return {
+        "name": row.name,
+        "kind": row.kind,
+        "base_url": options.get("base_url", ""),
+        "models": ", ".join(options.get("models") or []),
+        "default_model": options.get("default_model", ""),
+        "efforts": ", ".join(options.get("efforts") or []),
+        "monthly_token_cap": options.get("monthly_token_cap") or "",
+        "command": shlex.join(options.get("command") or []),
+        "editing": True,
+    }
+
+
+def comma_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+@blueprint.post("/settings/providers")
+def save_provider():  # type: ignore[no-untyped-def]
+    from oar.providers import settings as provider_settings
+
+    shown = {key: form_text(key).strip() for key in
+             ("name", "kind", "base_url", "models", "default_model", "efforts", "monthly_token_cap", "command")}
+    name = shown["name"]
+    try:
+        fields: dict[str, Any] = {
+            "kind": shown["kind"],
+            "base_url": shown["base_url"],
+            "api_key": form_text("api_key").strip(),  # empty: the stored key is kept
+            "models": comma_list(shown["models"]),
+            "default_model": shown["default_model"],
+            "efforts": comma_list(shown["efforts"]),
+            "monthly_token_cap": whole_number(shown["monthly_token_cap"]) if shown["monthly_token_cap"] else None,
+        }
+        if shown["command"]:
+            try:
+                fields["command"] = shlex.split(shown["command"])
+            except ValueError as error:
+                raise invalid(f"provider: command is not a valid argument list ({error}). Nothing was changed.") from None
+        existing = ProviderRow.get_or_none(ProviderRow.name == name)
+        if existing is not None and existing.kind == shown["kind"]:
+            for key in PROVIDER_KEPT_OPTIONS:
+                if key in (existing.options or {}):
+                    fields.setdefault(key, existing.options[key])
+        if not name:
+            raise invalid("provider: give the provider a name. Nothing was changed.")
+        row, note = provider_settings.save(name, payload_of(fields))
+    except ActionError as error:
+        return settings_page(400, provider_values=shown, provider_error=error.message)
+    models = ", ".join((row.options or {}).get("models") or []) or "none listed"
+    flash(f'Provider "{row.name}" saved. Models: {models}.' + (f" {note}" if note else ""), "ok")
+    return redirect(url_for("page.settings_view") + "#providers", code=303)
+
+
+@blueprint.post("/settings/providers/<name>/delete")
+def delete_provider(name: str):  # type: ignore[no-untyped-def]
+    from oar.providers import settings as provider_settings
+
+    here = url_for("page.settings_view") + "#providers"
+    if not provider_settings.delete(name):
+        return refused(not_found(f'No provider "{name[:64]}" is configured. Nothing was changed.'), here)
+    return done(f'Provider "{name}" deleted.', here)
+
+
+# Live updates (polled by page.js) ---------------------------------------------------------------
+
+
+@blueprint.get("/live/sessions/<session_id>")
+def live_session(session_id: str):  # type: ignore[no-untyped-def]
+    session = sessions.resolve(session_id, runtime().relay_name())
+    state = sessions.state_of(session, sessions.is_busy(session))
+    return jsonify({
+        "ok": True,
+        "state": state,
+        "inFlight": page_views.in_flight(session),
+        "regions": page_views.session_versions(session, state),
+        "at": iso(utcnow()),
+    })
+
+
+@blueprint.get("/live/overview")
+def live_overview():  # type: ignore[no-untyped-def]
+    data = page_views.overview(request.args.get("show") == "archived")
+    return jsonify({"ok": True, "regions": data["versions"]})
+
+
+@blueprint.get("/live/inbox")
+def live_inbox():  # type: ignore[no-untyped-def]
+    return jsonify({"ok": True, "regions": page_views.inbox()["versions"]})
+
+
+# Errors -----------------------------------------------------------------------------------------
+
+CSRF_REFUSED = (
+    "The form was refused: its security token (CSRF) was missing or did not match this browser's. "
+    "Nothing was changed. Reload the page and try again."
+)
+
+
+def error_page(status: int, message: str):  # type: ignore[no-untyped-def]
+    """A small HTML error page for page paths (JSON for the live endpoints); never a stack trace."""
+    if request.path.startswith("/live/"):
+        return jsonify({"ok": False, "error": message}), status
+    return render_template("error.html", status=status, message=message), status
+
+
+def http_error_page(error: HTTPException):  # type: ignore[no-untyped-def]
+    if error.code == 400 and error.description == "csrf":
+        return error_page(400, CSRF_REFUSED)
+    messages = {
+        404: "There is no such page on this relay.",
+        405: "This page does not take that kind of request.",
+        413: "The form was too large. Nothing was changed.",
+    }
+    return error_page(error.code or 500, messages.get(error.code or 0, f"{error.name}. Nothing was changed."))
+
+
+def is_page_request() -> bool:
+    """Whether the request is the page's (HTML errors) rather than the JSON API's."""
+    return page_auth.is_page_path(request.path)

