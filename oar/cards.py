@@ -42,11 +42,6 @@ def card_channel(namespace: str, card_id: str) -> str:
     return f"{namespace}:wake:card:{card_id}"
 
 
-def inbox_channel(namespace: str) -> str:
-    """Signalled when a card appears or is decided, for the page's live Inbox."""
-    return f"{namespace}:wake:inbox"
-
-
 @dataclass(frozen=True)
 class Request:
     """What a write call will do, as its card shows it."""
@@ -156,7 +151,6 @@ def _create(ctx: CallContext, caller: Session, turn: Message, request: Request, 
             created_at=now, expires_at=now + timedelta(seconds=ctx.runtime.time("CARD_EXPIRY_SECONDS")),
         )
     release_connection()
-    publish(ctx.runtime.redis, inbox_channel(ctx.runtime.config.namespace))
     return card
 
 
@@ -173,21 +167,19 @@ def _await(runtime: Runtime, card_id: str, turn_id: str) -> str:
                 return card.status
             now = utcnow()
             if turn is None or turn.stop_requested or turn.status not in LIVE:
-                _end(runtime, card_id, "withdrawn", now)
+                _end(card_id, "withdrawn", now)
                 continue
             if now >= card.expires_at:
-                _end(runtime, card_id, "expired", now)
+                _end(card_id, "expired", now)
                 continue
             # A decision and the turn's end arrive by signal; a stop is seen within the poll period.
             remaining = (card.expires_at - now).total_seconds()
             woken.wait(min(runtime.time("STOP_POLL_SECONDS"), remaining))
 
 
-def _end(runtime: Runtime, card_id: str, status: str, now: datetime) -> bool:
+def _end(card_id: str, status: str, now: datetime) -> bool:
     ended = Card.update(status=status, decided_at=now).where((Card.id == card_id) & (Card.status == "pending")).execute()
     release_connection()
-    if ended:
-        publish(runtime.redis, inbox_channel(runtime.config.namespace))
     return bool(ended)
 
 
@@ -201,8 +193,7 @@ def decide(runtime: Runtime, card_id: str, decision: str) -> dict[str, Any]:
         raise not_found(f'Relay "{runtime.relay_name()}" has no approval card "{(card_id or "")[:64]}". {nothing}')
     now = utcnow()
     if card.status == "pending" and card.expires_at <= now:
-        _end(runtime, card.id, "expired", now)
-        card = Card.get_by_id(card.id)
+        _end(card.id, "expired", now)  # refused below as expired
     status = "allowed" if decision == "allow" else "denied"
     with write_transaction():
         decided = (
@@ -218,7 +209,6 @@ def decide(runtime: Runtime, card_id: str, decision: str) -> dict[str, Any]:
         current = Card.get_by_id(card.id).status
         raise invalid(f"Card {card.id} is {current}, not pending. {nothing}")
     publish(runtime.redis, card_channel(runtime.config.namespace, card.id))
-    publish(runtime.redis, inbox_channel(runtime.config.namespace))
     if status == "allowed" and "loop" in card.reasons:
         from oar import schedules  # firings held by loop protection go out now (SPEC §9)
 
@@ -226,7 +216,7 @@ def decide(runtime: Runtime, card_id: str, decision: str) -> dict[str, Any]:
     return shape(Card.get_by_id(card.id))
 
 
-def sweep(runtime: Runtime, now: datetime) -> int:
+def sweep(now: datetime) -> int:
     """End cards nobody can still be waiting on (their turn ended, or they expired): a
     waiting process that died leaves its card pending, and the Inbox must not show it."""
     ended = 0
@@ -237,9 +227,9 @@ def sweep(runtime: Runtime, now: datetime) -> int:
     live = {turn.id for turn in turns}
     for card in pending:
         if card.expires_at <= now:
-            ended += _end(runtime, card.id, "expired", now)
+            ended += _end(card.id, "expired", now)
         elif card.turn_id not in live:
-            ended += _end(runtime, card.id, "withdrawn", now)
+            ended += _end(card.id, "withdrawn", now)
     return ended
 
 

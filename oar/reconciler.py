@@ -105,7 +105,7 @@ def reconcile(runtime: Runtime, now: datetime) -> Reconciled:
     outcome.failed_tasks = task_outcome["failed"]
     outcome.enqueued_tasks = task_outcome["enqueued"]
     # Approval cards whose waiting call can no longer be there (its turn ended, or it expired).
-    outcome.ended_cards = cards.sweep(runtime, now)
+    outcome.ended_cards = cards.sweep(now)
     return outcome
 
 

@@ -136,6 +136,8 @@ class Provider:
     supports_compact_window = False
     # Billed per token: `usage` shows a monthly meter even without a cap.
     metered = False
+    # Talks to a server at the configured `base_url` (the wire protocols and agent servers).
+    needs_base_url = False
 
     def __init__(self, name: str, options: dict[str, Any], api_key: str | None = None) -> None:
         self.name = name
@@ -177,8 +179,15 @@ class Provider:
     def workspace(self) -> str:
         return self.options.get("workspace") or "folder"
 
+    @property
+    def base_url(self) -> str:
+        """The API's URL with its version path, without a trailing slash (SPEC §16)."""
+        return str(self.options.get("base_url", "")).rstrip("/")
+
     def missing_configuration(self) -> str | None:
         """What the provider still needs before it can run turns, or None."""
+        if self.needs_base_url and not self.options.get("base_url"):
+            return f'Provider "{self.name}" has no base_url.'
         return None
 
     def run_turn(self, request: TurnRequest, control: TurnControl) -> Iterator[TurnEvent]:

@@ -186,11 +186,7 @@ class LLMProvider(Provider):
     path = ""
     metered = True
     supports_thinking = True
-
-    def missing_configuration(self) -> str | None:
-        if not self.options.get("base_url"):
-            return f'Provider "{self.name}" has no base_url.'
-        return None
+    needs_base_url = True
 
     # Hooks of a protocol --------------------------------------------------------------
 
@@ -207,7 +203,7 @@ class LLMProvider(Provider):
 
     @property
     def url(self) -> str:
-        return str(self.options.get("base_url", "")).rstrip("/") + self.path
+        return self.base_url + self.path
 
     def run_turn(self, request: TurnRequest, control: TurnControl) -> Iterator[TurnEvent]:
         missing = self.missing_configuration()

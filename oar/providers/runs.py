@@ -285,15 +285,7 @@ class RunsProvider(Provider):
     kind = "runs"
     metered = True
     supports_thinking = True
-
-    def missing_configuration(self) -> str | None:
-        if not self.options.get("base_url"):
-            return f'Provider "{self.name}" has no base_url.'
-        return None
-
-    @property
-    def base_url(self) -> str:
-        return str(self.options.get("base_url", "")).rstrip("/")
+    needs_base_url = True
 
     def headers(self, **extra: str) -> dict[str, str]:
         headers = {"Content-Type": "application/json", **extra}
