@@ -246,6 +246,11 @@ def pending() -> list[dict[str, Any]]:
     return [shape(card) for card in _pending_query()]
 
 
+def pending_count() -> int:
+    """How many cards wait (the page's Inbox badge, on every page)."""
+    return _pending_query().count()
+
+
 def pending_in_session(session_id: str) -> list[dict[str, Any]]:
     """The pending cards of one conversation (its page)."""
     return [shape(card) for card in _pending_query().where(Card.session == session_id)]

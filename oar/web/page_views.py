@@ -43,7 +43,7 @@ def inbox_count() -> int:
         .where((Question.status == "pending") & (Session.deleted == False))  # noqa: E712
         .count()
     )
-    return questions + len(pending_cards())
+    return questions + cards.pending_count()
 
 
 # Tool activity ------------------------------------------------------------------------------
