@@ -2,8 +2,8 @@
 
 import sys
 
-from oar import logs
-from oar.launcher import main
+from oar.core import logs
+from oar.engine.launcher import main
 
 if __name__ == "__main__":
     logs.configure()

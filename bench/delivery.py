@@ -39,12 +39,13 @@ import requests
 
 from bench import report, seed, stack
 from bench.owner import Owner
-from oar import events, ids, subscriptions
-from oar.config import Config, from_environment
-from oar.db import database, open_database, write_transaction
-from oar.models import HeldEvent, Message, Session, Setting
-from oar.runtime import Runtime
-from oar.timeutil import utcnow
+from oar.core import events, ids
+from oar.core.config import Config, from_environment
+from oar.core.db import database, open_database, write_transaction
+from oar.core.models import HeldEvent, Message, Session, Setting
+from oar.core.runtime import Runtime
+from oar.core.timeutil import utcnow
+from oar.watching import subscriptions
 
 POKE_EVERY = 100
 DEADLINE_SECONDS = 900

@@ -18,9 +18,9 @@ from datetime import UTC
 
 from bench import report, stack
 from bench.owner import Owner
-from oar.config import Config
-from oar.db import database, open_database
-from oar.models import Message
+from oar.core.config import Config
+from oar.core.db import database, open_database
+from oar.core.models import Message
 from tests.fakes.llm import FakeLLM
 
 SETTLE_SECONDS = 600

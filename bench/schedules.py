@@ -18,10 +18,10 @@ from pathlib import Path
 import requests
 
 from bench.owner import Owner
-from oar import defaults
-from oar.config import Config
-from oar.db import database, open_database
-from oar.models import Message, Schedule
+from oar.core import defaults
+from oar.core.config import Config
+from oar.core.db import database, open_database
+from oar.core.models import Message, Schedule
 
 # Setting the schedules must finish before the first is due; this leaves room for it.
 LEAD_SECONDS = 45

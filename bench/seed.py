@@ -17,11 +17,11 @@ from typing import Any
 
 from peewee import chunked
 
-from oar import ids
-from oar.config import Config
-from oar.db import database, open_database
-from oar.models import Message, Session
-from oar.timeutil import utcnow
+from oar.core import ids
+from oar.core.config import Config
+from oar.core.db import database, open_database
+from oar.core.models import Message, Session
+from oar.core.timeutil import utcnow
 
 # SQLite allows 32,766 bound variables per statement; a Message row binds about 25.
 ROWS_PER_INSERT = 500

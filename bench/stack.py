@@ -24,7 +24,7 @@ from pathlib import Path
 
 import requests
 
-from oar.config import from_environment
+from oar.core.config import from_environment
 
 PROJECT = Path(__file__).resolve().parent.parent
 GUNICORN_CONF = PROJECT / "gunicorn.conf.py"

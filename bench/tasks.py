@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench import report
-from oar.task_output import read_window, render
+from oar.background.task_output import read_window, render
 
 MB = 1024 * 1024
 BLOCK = "".join(

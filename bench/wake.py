@@ -17,10 +17,10 @@ from pathlib import Path
 import requests
 
 from bench.owner import Owner
-from oar import defaults
-from oar.config import Config
-from oar.db import database, open_database
-from oar.models import Message
+from oar.core import defaults
+from oar.core.config import Config
+from oar.core.db import database, open_database
+from oar.core.models import Message
 
 WAIT_SECONDS = 60
 

@@ -1,5 +1,5 @@
 import sys
 
-from oar.cli import main
+from oar.cli.main import main
 
 sys.exit(main())

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from oar import groups, questions, schedules, subscriptions, tasks, turns
-from oar.db import write_transaction
-from oar.models import Session
-from oar.runtime import Runtime
-from oar.timeutil import utcnow
+from oar.approvals import questions
+from oar.background import tasks
+from oar.core.db import write_transaction
+from oar.core.models import Session
+from oar.core.runtime import Runtime
+from oar.core.timeutil import utcnow
+from oar.schedules import schedules
+from oar.sessions import groups
+from oar.turns import turns
+from oar.watching import subscriptions
 
 
 def archive(runtime: Runtime, target: Session) -> None:

@@ -24,12 +24,12 @@ import pytest
 import requests
 from werkzeug.serving import make_server
 
-from oar.bootstrap import migrate
-from oar.config import Config
-from oar.db import database, open_database
-from oar.models import MODELS
+from oar.core.config import Config
+from oar.core.db import database, open_database
+from oar.core.models import MODELS
+from oar.core.runtime import Runtime
+from oar.owner.bootstrap import migrate
 from oar.providers import ensure_builtin
-from oar.runtime import Runtime
 from oar.web import create_app
 from tests.servers import create_postgres_database
 
@@ -144,7 +144,7 @@ class Agent(Client):
     def refused(self, action: str, code: str, **args: Any) -> dict[str, Any]:
         status, body = self.call(action, **args)
         assert body["ok"] is False and body["code"] == code, body
-        from oar.errors import STATUS_BY_CODE
+        from oar.core.errors import STATUS_BY_CODE
 
         assert status == STATUS_BY_CODE[code], (status, body)
         return body

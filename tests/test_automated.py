@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from oar import automated, turns
-from oar.db import database
-from oar.errors import ActionError
-from oar.models import Message, Session
+from oar.core.db import database
+from oar.core.errors import ActionError
+from oar.core.models import Message, Session
+from oar.turns import automated, turns
 from tests.conftest import Agent, Relay
 
 

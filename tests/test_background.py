@@ -7,7 +7,7 @@ import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from oar.background import quiet_at
+from oar.turns.still_working import quiet_at
 from tests.conftest import Agent, Relay
 
 T0 = datetime(2026, 11, 30, 9, 0, 0)

@@ -17,8 +17,8 @@ import pytest
 import requests
 
 from oar.actions.registry import load_actions
-from oar.db import database
-from oar.models import MODELS
+from oar.core.db import database
+from oar.core.models import MODELS
 from tests.conftest import Agent, Relay
 
 # SPEC §14: the HTTP status of each code these tests expect. Written out here on purpose,
@@ -135,8 +135,8 @@ def _tasks(relay: Relay, child: str, other: str) -> dict[str, str]:
     ended two hours ago (its output is no longer readable)."""
     from datetime import timedelta
 
-    from oar.models import Task
-    from oar.timeutil import utcnow
+    from oar.core.models import Task
+    from oar.core.timeutil import utcnow
 
     folder = relay.config.data_dir / "tasks"
     folder.mkdir(parents=True, exist_ok=True)

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from oar.cards import REMEMBERED, Request, reasons_for, seconds_waited
-from oar.models import Card, Message, Session
-from oar.timeutil import utcnow
+from oar.approvals.cards import REMEMBERED, Request, reasons_for, seconds_waited
+from oar.core.models import Card, Message, Session
+from oar.core.timeutil import utcnow
 from tests.conftest import FAST_TIMES, Agent, Relay, poll
 from tests.test_bad_input import snapshot
 from tests.test_recovery import recovery_stack

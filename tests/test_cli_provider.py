@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from oar import tasks
-from oar.db import database
-from oar.models import Task
+from oar.background import tasks
+from oar.core.db import database
+from oar.core.models import Task
+from oar.core.timeutil import utcnow
 from oar.providers.base import Activity, AgentSession, TaskEnded, TaskReported, TextDelta, Usage
 from oar.providers.cli import CliFailure, CliLineParser, render
-from oar.timeutil import utcnow
 from tests.conftest import Agent, Relay, poll
 
 FAKE_AGENT = str(Path(__file__).resolve().parent / "fakes" / "cli_agent.py")

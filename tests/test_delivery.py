@@ -7,8 +7,8 @@ from datetime import datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oar import delivery
-from oar.quiet_hours import parse
+from oar.watching import delivery
+from oar.watching.quiet_hours import parse
 
 T0 = datetime(2026, 6, 1, 12, 0)
 TIMING = delivery.Timing()
@@ -106,8 +106,8 @@ def test_no_event_is_lost_or_delivered_twice(stream: list[tuple[int, str]], subs
 def test_events_are_read_up_to_a_gap_that_may_still_commit() -> None:
     from datetime import datetime, timedelta
 
-    from oar.models import Event
-    from oar.subscriptions import committed_in_order
+    from oar.core.models import Event
+    from oar.watching.subscriptions import committed_in_order
 
     now = datetime(2026, 11, 30, 12, 0, 0)
     grace = timedelta(seconds=10)
@@ -167,7 +167,7 @@ def test_heartbeat_times_are_on_the_grid_after_now_and_outside_quiet_hours(
 ) -> None:
     """Across daylight-saving nights in several zones: always later than `after`, on the
     grid, and outside the quiet window (SPEC §8.3)."""
-    from oar.quiet_hours import window_around
+    from oar.watching.quiet_hours import window_around
 
     quiet = parse({"from": f"{start_hour:02d}:00", "to": f"{(start_hour + hours) % 24:02d}:30", "tz": tz})
     after = anchor + timedelta(seconds=after_seconds)

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from oar.db import database
-from oar.models import Event, HeldEvent, Message, Subscription
+from oar.core.db import database
+from oar.core.models import Event, HeldEvent, Message, Subscription
 from tests.conftest import FAST_TIMES, Agent, Relay, poll
 from tests.test_questions import event_lines
 from tests.test_recovery import RecoveryStack, recovery_stack

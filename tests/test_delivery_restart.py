@@ -28,10 +28,10 @@ import psutil
 import pytest
 import requests
 
-from oar.config import Config
-from oar.db import database, open_database
-from oar.models import HeldEvent, Message, Subscription
-from oar.timeutil import utcnow
+from oar.core.config import Config
+from oar.core.db import database, open_database
+from oar.core.models import HeldEvent, Message, Subscription
+from oar.core.timeutil import utcnow
 from tests.conftest import FAST_TIMES, PRE_APPROVED, PROJECT, Agent, Client, poll, stack_environment
 from tests.servers import create_postgres_database, drop_postgres_database, free_port
 

@@ -25,7 +25,7 @@ import psutil
 import pytest
 import requests
 
-from oar.reconciler import ORPHANED_TEXT
+from oar.engine.reconciler import ORPHANED_TEXT
 from tests.conftest import Agent, Client
 from tests.servers import free_port
 

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oar.actions.registry import Param, load_actions
-from oar.errors import STATUS_BY_CODE
+from oar.core.errors import STATUS_BY_CODE
 from tests.conftest import Agent, Relay
 
 ACTIONS = load_actions()

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from oar.db import database
+from oar.core.db import database
 from oar.providers import ensure_builtin
 from tests.conftest import FAST_TIMES, PROJECT, Relay, Stack, make_config, stack_environment
 from tests.fakes.llm import FakeLLM

@@ -14,10 +14,10 @@ import peewee
 import pytest
 from playhouse.schema_diff import diff_models
 
-from oar.bootstrap import MIGRATIONS
-from oar.config import Config
-from oar.db import SQLITE_PRAGMAS, database, open_database
-from oar.models import MODELS
+from oar.core.config import Config
+from oar.core.db import SQLITE_PRAGMAS, database, open_database
+from oar.core.models import MODELS
+from oar.owner.bootstrap import MIGRATIONS
 from tests.conftest import PROJECT
 from tests.servers import create_postgres_database, drop_postgres_database, postgres_unreachable
 
@@ -52,7 +52,7 @@ def clean_environment(**values: str) -> dict[str, str]:
 
 def assert_schema_matches_the_models(db: peewee.Database) -> None:
     diff = diff_models(db, list(MODELS))
-    assert not diff, f"migrated schema differs from oar.models:\n{diff}"
+    assert not diff, f"migrated schema differs from oar.core.models:\n{diff}"
     # schema_diff does not look at nullability, primary keys or foreign keys; check those too.
     for model in MODELS:
         table = model._meta.table_name

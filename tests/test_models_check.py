@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from oar.errors import ActionError
-from oar.modelcheck import check_model, suggestions_for
+from oar.core.errors import ActionError
 from oar.providers import provider_class
 from oar.providers.base import Provider
+from oar.providers.modelcheck import check_model, suggestions_for
 from tests.conftest import Agent, Relay
 
 Echo = provider_class("echo")

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import requests
 
-from oar.db import database
-from oar.models import Provider as ProviderRow
-from oar.models import Session as SessionRow
+from oar.core.db import database
+from oar.core.models import Provider as ProviderRow
+from oar.core.models import Session as SessionRow
 from tests.conftest import Agent, Relay, poll
 from tests.fakes.llm import FakeLLM
 from tests.test_bad_input import snapshot

@@ -22,7 +22,7 @@ import psutil
 import pytest
 import requests
 
-from oar.db import POSTGRES_POOL
+from oar.core.db import POSTGRES_POOL
 from tests.conftest import Agent, Client
 from tests.servers import (
     create_postgres_database,

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from oar import providers
-from oar import settings as stored_values
-from oar.db import database
+from oar.core import settings as stored_values
+from oar.core.db import database
 from tests.conftest import Agent, Relay
 from tests.fakes.llm import FakeLLM
 

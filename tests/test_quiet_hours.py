@@ -6,7 +6,7 @@ from datetime import datetime
 
 import pytest
 
-from oar.quiet_hours import BadQuietHours, parse, release_time, window_around
+from oar.watching.quiet_hours import BadQuietHours, parse, release_time, window_around
 
 
 def quiet(start: str, end: str, tz: str):  # noqa: ANN201 - a QuietHours

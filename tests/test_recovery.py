@@ -23,10 +23,10 @@ import psutil
 import pytest
 from rq import Queue
 
-from oar.db import database
-from oar.reconciler import ORPHANED_TEXT, Reconciled, reconcile
-from oar.runtime import Runtime
-from oar.timeutil import utcnow
+from oar.core.db import database
+from oar.core.runtime import Runtime
+from oar.core.timeutil import utcnow
+from oar.engine.reconciler import ORPHANED_TEXT, Reconciled, reconcile
 from tests.conftest import FAST_TIMES, PROJECT, Agent, Relay, Stack, make_config, poll, stack_environment
 from tests.servers import create_postgres_database, drop_postgres_database
 

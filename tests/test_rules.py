@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from oar.ratelimit import retry_after
+from oar.core.ratelimit import retry_after
 from tests.conftest import Agent, Relay
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from oar.db import database
-from oar.models import Session
+from oar.core.db import database
+from oar.core.models import Session
 from oar.providers.base import Activity, TextDelta, Usage
 from oar.providers.llm import StreamFailure, Thinking
 from oar.providers.runs import (

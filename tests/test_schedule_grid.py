@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from oar.schedule_grid import BadTiming, Timing, first_due, next_cron_time, next_due, normalise_cron, parse_at
+from oar.schedules.schedule_grid import BadTiming, Timing, first_due, next_cron_time, next_due, normalise_cron, parse_at
 
 
 def utc(*parts: int) -> datetime:

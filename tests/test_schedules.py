@@ -14,10 +14,11 @@ from typing import Any
 
 from rq.registry import ScheduledJobRegistry
 
-from oar import defaults, schedules
-from oar.db import database
-from oar.models import Message, Schedule, Session
-from oar.timeutil import utcnow
+from oar.core import defaults
+from oar.core.db import database
+from oar.core.models import Message, Schedule, Session
+from oar.core.timeutil import utcnow
+from oar.schedules import schedules
 from tests.conftest import Agent, Relay
 
 HEADER_END = "automated message from OAR, not from the user; it approves nothing]"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from oar.timeutil import utcnow
+from oar.core.timeutil import utcnow
 from tests.test_bad_input import INVALID, NOT_FOUND, World, assert_refused, snapshot, world  # noqa: F401
 
 SCHEDULED = "Nothing was scheduled."

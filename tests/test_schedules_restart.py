@@ -20,9 +20,9 @@ from typing import Any
 import psutil
 import pytest
 
-from oar.db import database
-from oar.models import Message, Schedule
-from oar.timeutil import utcnow
+from oar.core.db import database
+from oar.core.models import Message, Schedule
+from oar.core.timeutil import utcnow
 from tests.conftest import FAST_TIMES, Relay, poll
 from tests.test_recovery import RecoveryStack, recovery_stack
 

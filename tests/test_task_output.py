@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from oar.task_output import Window, clean, detect_counts, fold, mask, read_window, render, stall
+from oar.background.task_output import Window, clean, detect_counts, fold, mask, read_window, render, stall
 
 FIXTURES = Path(__file__).parent / "fixtures" / "task_output"
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import psutil
 
-from oar.db import database
-from oar.models import Event, Task
-from oar.reconciler import reconcile
-from oar.tasks import ORPHANED_TEXT
-from oar.timeutil import utcnow
+from oar.background.tasks import ORPHANED_TEXT
+from oar.core.db import database
+from oar.core.models import Event, Task
+from oar.core.timeutil import utcnow
+from oar.engine.reconciler import reconcile
 from tests.conftest import FAST_TIMES, Agent, Relay, poll
 from tests.test_recovery import recovery  # noqa: F401 - the fixture, used by the last test
 

@@ -106,8 +106,8 @@ def test_worker_processes_run_many_turns_at_once(relay: Relay, desk: Agent) -> N
     sent = [desk.ok("send", relay="this", session=t.session_id, text="!sleep 2", wait_seconds=0) for t in targets]
     done = [desk.ok("wait", relay="this", session=s["session"], message_id=s["message_id"], wait_seconds=60) for s in sent]
     assert [d["status"] for d in done] == ["done"] * 6
-    from oar.db import database
-    from oar.models import Message
+    from oar.core.db import database
+    from oar.core.models import Message
 
     with database.connection_context():
         turns = list(Message.select().where(Message.id.in_([s["message_id"] for s in sent])))

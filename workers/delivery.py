@@ -3,9 +3,9 @@ is one watcher's, as earlier versions enqueued it)."""
 
 from __future__ import annotations
 
-from oar import subscriptions
-from oar.db import database
-from oar.timeutil import utcnow
+from oar.core.db import database
+from oar.core.timeutil import utcnow
+from oar.watching import subscriptions
 from workers.runtime import current
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import threading
 
-from oar.config import from_environment
-from oar.db import open_database
-from oar.runtime import Runtime
+from oar.core.config import from_environment
+from oar.core.db import open_database
+from oar.core.runtime import Runtime
 
 _runtime: Runtime | None = None
 _lock = threading.Lock()

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from oar import schedules
-from oar.db import database
-from oar.timeutil import utcnow
+from oar.core.db import database
+from oar.core.timeutil import utcnow
+from oar.schedules import schedules
 from workers.runtime import current
 
 

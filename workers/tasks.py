@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from oar import tasks
-from oar.db import database
+from oar.background import tasks
+from oar.core.db import database
 from workers.runtime import current
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from oar import runner
-from oar.db import database
+from oar.core.db import database
+from oar.engine import runner
 from workers.runtime import current
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from oar import defaults
 from oar.actions.registry import ActionSpec, Param
-from oar.errors import invalid
+from oar.core import defaults
+from oar.core.errors import invalid
 
 
 def is_empty(value: Any) -> bool:

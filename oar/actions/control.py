@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from oar import cards, groups, lifecycle, providers, sessions, turns
+from oar import lifecycle, providers
 from oar.actions.common import CWD, EFFORT, GROUP, MODE, MODEL, RELAY, SESSION, TITLE
 from oar.actions.dispatch import CallContext
 from oar.actions.prompts import check_effort, provider_unavailable
 from oar.actions.registry import Param, action
-from oar.db import write_transaction
-from oar.errors import ActionError, invalid
-from oar.folders import check_folder
-from oar.modelcheck import check_model
-from oar.models import Session
+from oar.approvals import cards
+from oar.core.db import write_transaction
+from oar.core.errors import ActionError, invalid
+from oar.core.models import Session
+from oar.providers.modelcheck import check_model
+from oar.sessions import groups, sessions
+from oar.sessions.folders import check_folder
+from oar.turns import turns
 
 UPDATE_NOTHING = "Nothing was changed."
 OWNER_ONLY_SETTING = "Whether a session may start sessions is the owner's setting alone."

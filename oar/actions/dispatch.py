@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from oar import sessions as session_rules
 from oar.actions.args import check_arguments, unstorable_text
 from oar.actions.registry import ActionSpec, load_actions
-from oar.errors import ActionError, invalid
-from oar.models import Message, Session
-from oar.ratelimit import RateLimiter
-from oar.runtime import Runtime
-from oar.timeutil import utcnow
-from oar.turns import Provenance
+from oar.core.errors import ActionError, invalid
+from oar.core.models import Message, Session
+from oar.core.ratelimit import RateLimiter
+from oar.core.runtime import Runtime
+from oar.core.timeutil import utcnow
+from oar.sessions import sessions as session_rules
+from oar.turns.turns import Provenance
 
 log = logging.getLogger(__name__)
 

@@ -7,18 +7,25 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from oar import background, billing, cards, defaults, groups, providers, rules, sessions, subscriptions, turns
+from oar import providers
 from oar.actions.common import CWD, EFFORT, GROUP, MODE, MODEL, PROVIDER, RELAY, SESSION, TEXT, TITLE, WAIT_SECONDS
 from oar.actions.dispatch import CallContext
 from oar.actions.registry import Param, action
-from oar.db import write_transaction
-from oar.errors import ActionError, invalid, not_found
-from oar.folders import check_folder
-from oar.modelcheck import check_model
-from oar.models import Message, Session
+from oar.approvals import cards
+from oar.core import defaults
+from oar.core.db import write_transaction
+from oar.core.errors import ActionError, invalid, not_found
+from oar.core.models import Message, Session
+from oar.core.settings import default_cwd
+from oar.core.timeutil import utcnow
+from oar.providers import billing
 from oar.providers.base import Provider
-from oar.settings import default_cwd
-from oar.timeutil import utcnow
+from oar.providers.modelcheck import check_model
+from oar.sessions import groups, rules, sessions
+from oar.sessions.folders import check_folder
+from oar.turns import still_working as background
+from oar.turns import turns
+from oar.watching import subscriptions
 
 
 def wait_seconds(ctx: CallContext, args: dict[str, Any]) -> tuple[int, str | None]:

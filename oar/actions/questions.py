@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from oar import cards, questions, sessions
 from oar.actions.common import RELAY
 from oar.actions.dispatch import CallContext
 from oar.actions.registry import Param, action
-from oar.db import write_transaction
-from oar.errors import ActionError, invalid
+from oar.approvals import cards, questions
+from oar.core.db import write_transaction
+from oar.core.errors import ActionError, invalid
+from oar.sessions import sessions
 
 QUESTION_ID = Param("str", required=True, max_length=64, description="a question id (q_… or ask_…)")
 ANSWER = Param("str", max_length=100_000)

@@ -7,14 +7,16 @@ from typing import Any
 
 from peewee import fn
 
-from oar import __version__, defaults, groups, providers
-from oar import usage as token_usage
+from oar import __version__, providers
 from oar.actions.common import RELAY
 from oar.actions.dispatch import CallContext
 from oar.actions.registry import action
-from oar.models import Session
-from oar.settings import default_cwd
-from oar.timeutil import utcnow
+from oar.core import defaults
+from oar.core.models import Session
+from oar.core.settings import default_cwd
+from oar.core.timeutil import utcnow
+from oar.providers import usage as token_usage
+from oar.sessions import groups
 
 
 @action("list_relays", params={}, level=None)

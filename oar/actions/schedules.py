@@ -10,14 +10,17 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from oar import cards, defaults, rules, schedule_grid, schedules, sessions
 from oar.actions.common import RELAY, TITLE
 from oar.actions.dispatch import CallContext
 from oar.actions.registry import Param, action
-from oar.db import write_transaction
-from oar.errors import ActionError, invalid, not_found
-from oar.models import Schedule, Session
-from oar.timeutil import utcnow
+from oar.approvals import cards
+from oar.core import defaults
+from oar.core.db import write_transaction
+from oar.core.errors import ActionError, invalid, not_found
+from oar.core.models import Schedule, Session
+from oar.core.timeutil import utcnow
+from oar.schedules import schedule_grid, schedules
+from oar.sessions import rules, sessions
 
 SCHEDULED_NOTHING = "Nothing was scheduled."
 UNSCHEDULED_NOTHING = "Nothing was unscheduled."

@@ -8,14 +8,17 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from oar import defaults, groups, questions, sessions, tasks
 from oar.actions.common import RELAY, SESSION
 from oar.actions.dispatch import CallContext
 from oar.actions.registry import Param, action
-from oar.errors import invalid, not_found
-from oar.models import Message, Session
-from oar.timeutil import iso
-from oar.turns import badge, clip_reply
+from oar.approvals import questions
+from oar.background import tasks
+from oar.core import defaults
+from oar.core.errors import invalid, not_found
+from oar.core.models import Message, Session
+from oar.core.timeutil import iso
+from oar.sessions import groups, sessions
+from oar.turns.turns import badge, clip_reply
 
 SCOPES = ("active", "recent", "all", "archived")
 

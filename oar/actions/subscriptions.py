@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from oar import cards, delivery, sessions, subscriptions
 from oar.actions.common import RELAY
 from oar.actions.dispatch import CallContext
 from oar.actions.registry import Param, action
-from oar.db import write_transaction
-from oar.errors import ActionError, invalid, not_found
-from oar.models import Session, Subscription
-from oar.quiet_hours import BadQuietHours, parse
+from oar.approvals import cards
+from oar.core.db import write_transaction
+from oar.core.errors import ActionError, invalid, not_found
+from oar.core.models import Session, Subscription
+from oar.sessions import sessions
+from oar.watching import delivery, subscriptions
+from oar.watching.quiet_hours import BadQuietHours, parse
 
 SUBSCRIBED_NOTHING = "Nothing was subscribed."
 UNSUBSCRIBED_NOTHING = "Nothing was unsubscribed."

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from oar import defaults, sessions, task_output, tasks
 from oar.actions.common import RELAY, SESSION
 from oar.actions.dispatch import CallContext
 from oar.actions.registry import Param, action
-from oar.errors import not_found
-from oar.models import Task
-from oar.timeutil import iso
+from oar.background import task_output, tasks
+from oar.core import defaults
+from oar.core.errors import not_found
+from oar.core.models import Task
+from oar.core.timeutil import iso
+from oar.sessions import sessions
 
 NOTE_TAIL_ONLY = "Only the last lines of this task's output were kept by the agent that ran it; earlier output is not available."
 NOTE_GONE = "The task's output file is gone (removed or never written); only the task's status is known."

@@ -5,10 +5,10 @@ from __future__ import annotations
 import importlib
 
 # Aliased: `oar.providers.settings` (the provider configuration) is a submodule of this package.
-from oar import settings as stored_values
-from oar.models import Provider as ProviderRow
+from oar.core import settings as stored_values
+from oar.core.models import Provider as ProviderRow
+from oar.core.timeutil import iso, utcnow
 from oar.providers.base import Provider
-from oar.timeutil import iso, utcnow
 
 # Internal values kept in the settings table (not owner settings: never listed or patched).
 REACHABILITY_KEY = "provider_reachability"

@@ -106,7 +106,7 @@ def _ask(argument: str, control: TurnControl) -> Iterator[TurnEvent]:
 
 
 def _task(argument: str, control: TurnControl) -> Iterator[TurnEvent]:
-    from oar.errors import ActionError
+    from oar.core.errors import ActionError
 
     try:
         task_id = control.start_task(argument)

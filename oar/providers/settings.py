@@ -12,9 +12,9 @@ from urllib.parse import urlparse
 
 from oar.actions.args import check_fields
 from oar.actions.registry import Param
-from oar.db import write_transaction
-from oar.errors import invalid
-from oar.models import Provider as ProviderRow
+from oar.core.db import write_transaction
+from oar.core.errors import invalid
+from oar.core.models import Provider as ProviderRow
 from oar.providers import PROVIDER_KINDS, note_reachable
 from oar.providers.discovery import DISCOVERABLE_KINDS, discover_models
 

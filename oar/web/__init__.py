@@ -8,11 +8,11 @@ import secrets
 from flask import Flask, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from oar import defaults
-from oar.config import Config, from_environment
-from oar.db import database, open_database
-from oar.errors import ActionError
-from oar.runtime import Runtime
+from oar.core import defaults
+from oar.core.config import Config, from_environment
+from oar.core.db import database, open_database
+from oar.core.errors import ActionError
+from oar.core.runtime import Runtime
 
 log = logging.getLogger(__name__)
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
 
-from oar import tasks
 from oar.actions.args import check_fields
 from oar.actions.dispatch import CallContext, dispatch
 from oar.actions.registry import Param
-from oar.errors import invalid
-from oar.models import Task
-from oar.timeutil import utcnow
+from oar.background import tasks
+from oar.core.errors import invalid
+from oar.core.models import Task
+from oar.core.timeutil import utcnow
 from oar.web import runtime
 from oar.web.auth import require_agent
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from flask import request
 
-from oar import ids, sessions, settings
-from oar.config import Config
-from oar.errors import ActionError
-from oar.models import Session
+from oar.core import ids, settings
+from oar.core.config import Config
+from oar.core.errors import ActionError
+from oar.core.models import Session
+from oar.sessions import sessions
 
 
 def bearer_token() -> str | None:

@@ -12,12 +12,13 @@ import time
 
 from flask import Blueprint, jsonify, request
 
-from oar import external, providers
+from oar import providers
 from oar.actions.args import check_fields
 from oar.actions.registry import Param
-from oar.db import release_connection
-from oar.errors import invalid, not_found
-from oar.models import Message, Session
+from oar.core.db import release_connection
+from oar.core.errors import invalid, not_found
+from oar.core.models import Message, Session
+from oar.turns import external
 from oar.web import runtime
 from oar.web.auth import require_agent
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, jsonify
 
 from oar import __version__
-from oar.bootstrap import pending_migrations
+from oar.owner.bootstrap import pending_migrations
 from oar.web import runtime
 
 blueprint = Blueprint("health", __name__)

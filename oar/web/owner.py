@@ -6,32 +6,24 @@ from typing import Any
 
 from flask import Blueprint, jsonify, request
 
-from oar import (
-    automated,
-    cards,
-    defaults,
-    groups,
-    ids,
-    lifecycle,
-    providers,
-    questions,
-    schedules,
-    sessions,
-    settings,
-    subscriptions,
-    turns,
-)
+from oar import lifecycle, providers
 from oar.actions.args import check_fields, unstorable_text
 from oar.actions.common import CWD, EFFORT, MODE, MODEL, PROVIDER, TEXT, TITLE
 from oar.actions.prompts import check_effort, provider_unavailable
 from oar.actions.registry import Param
-from oar.db import write_transaction
-from oar.errors import invalid, not_found
-from oar.folders import check_folder
-from oar.modelcheck import check_model
-from oar.models import Group, Message, Question, Schedule, Session, Subscription
-from oar.settings import default_cwd
-from oar.timeutil import iso, utcnow
+from oar.approvals import cards, questions
+from oar.core import defaults, ids, settings
+from oar.core.db import write_transaction
+from oar.core.errors import invalid, not_found
+from oar.core.models import Group, Message, Question, Schedule, Session, Subscription
+from oar.core.settings import default_cwd
+from oar.core.timeutil import iso, utcnow
+from oar.providers.modelcheck import check_model
+from oar.schedules import schedules
+from oar.sessions import groups, sessions
+from oar.sessions.folders import check_folder
+from oar.turns import automated, turns
+from oar.watching import subscriptions
 from oar.web import runtime
 from oar.web.auth import require_owner
 

@@ -26,11 +26,14 @@ from flask import (
 )
 from werkzeug.exceptions import HTTPException
 
-from oar import cards, lifecycle, sessions, settings
+from oar import lifecycle
 from oar.actions.args import unstorable_text
-from oar.errors import ActionError, invalid, not_found
-from oar.models import Provider as ProviderRow
-from oar.timeutil import iso, utcnow
+from oar.approvals import cards
+from oar.core import settings
+from oar.core.errors import ActionError, invalid, not_found
+from oar.core.models import Provider as ProviderRow
+from oar.core.timeutil import iso, utcnow
+from oar.sessions import sessions
 from oar.web import page_auth, page_views, runtime
 from oar.web.auth import is_owner_token
 from oar.web.owner import (

@@ -19,10 +19,10 @@ from typing import Any
 from flask import Flask, Request, abort, request, session
 from flask.sessions import SecureCookieSessionInterface
 
-from oar import settings
-from oar.config import Config
-from oar.db import database
-from oar.models import Setting
+from oar.core import settings
+from oar.core.config import Config
+from oar.core.db import database
+from oar.core.models import Setting
 
 SECRET_KEY_SETTING = "page_secret_key"
 COOKIE_NAME = "oar_page"
@@ -48,7 +48,7 @@ def load_secret_key() -> str:
     with database.connection_context():
         stored = settings.get_value(SECRET_KEY_SETTING)
         if not stored:
-            from oar.db import write_transaction
+            from oar.core.db import write_transaction
 
             with write_transaction():
                 Setting.insert(key=SECRET_KEY_SETTING, value=secrets.token_urlsafe(48)).on_conflict_ignore().execute()

@@ -11,8 +11,13 @@ import hashlib
 import json
 from typing import Any
 
-from oar import cards, groups, providers, schedules, sessions, subscriptions, turns
-from oar.models import Group, Message, Question, Schedule, Session
+from oar import providers
+from oar.approvals import cards
+from oar.core.models import Group, Message, Question, Schedule, Session
+from oar.schedules import schedules
+from oar.sessions import groups, sessions
+from oar.turns import turns
+from oar.watching import subscriptions
 from oar.web.owner import active_subscriptions, pending_questions, provider_view
 
 # Messages shown on a session page (the newest ones), and sessions on the list.

@@ -1,0 +1,354 @@
+"""Approval cards (SPEC §6): a write call of a conversation's agent waits for the owner.
+
+A card is asked when the call needs one (`reasons_for`, pure): the conversation's first
+`create_session` and first watch on a relay, `update_session` on sessions it did not start
+(these three Allows are remembered per conversation and relay, across restarts, as
+`Approval` rows), every write while the conversation is in `ask` or `plan` mode,
+`transfer_subscriptions` always, and the 31st agent-to-agent prompt (loop protection, §4).
+
+The card is shown in the calling conversation's live turn; with none, the call fails closed
+(`REMOTE_RELAY_NO_ACTIVE_TURN`). The call then blocks — holding no database connection —
+until the owner decides, the turn ends or the card expires. Each handler asks for its card
+after its own checks and before it writes, so a refused call changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from oar.core import defaults, ids
+from oar.core.db import release_connection, write_transaction
+from oar.core.errors import ActionError, invalid, not_found
+from oar.core.models import Approval, Card, Message, Session
+from oar.core.runtime import Runtime
+from oar.core.signals import publish, turn_channel
+from oar.core.timeutil import iso, utcnow
+
+if TYPE_CHECKING:
+    from oar.actions.dispatch import CallContext
+
+# The Allows remembered per conversation and relay.
+REMEMBERED = ("create_sessions", "watch_sessions", "change_other_sessions")
+# Turns that can show a card (a turn waiting for an answer still runs).
+LIVE = ("running", "waiting_for_answer")
+# The card's sentence comes from the first of its reasons in this order.
+PRIORITY = ("loop", "transfer", "change_other_sessions", "create_sessions", "watch_sessions", "mode")
+EXCERPT_CHARS = 200
+
+
+def card_channel(namespace: str, card_id: str) -> str:
+    return f"{namespace}:wake:card:{card_id}"
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a write call will do, as its card shows it."""
+
+    action: str
+    nothing: str
+    target: Session | None = None
+    mode: str | None = None
+    provider: str | None = None
+    model: str | None = None
+    folder: str | None = None
+    excerpt: str | None = None
+    lines: tuple[str, ...] = ()  # options, billing switch, group, the changes
+    counted: bool = False  # an agent-to-agent prompt (loop protection)
+    denied_code: str = "REMOTE_RELAY_APPROVAL_DENIED"
+
+
+def reasons_for(caller: Session, request: Request, approved: set[str]) -> list[str]:
+    """Why this call needs a card (empty: it needs none)."""
+    reasons = []
+    if request.counted and caller.loop_prompt_count >= defaults.LOOP_PROMPTS_BEFORE_CARD:
+        reasons.append("loop")
+    if request.action == "transfer_subscriptions":
+        reasons.append("transfer")
+    if (
+        request.action == "update_session"
+        and request.target is not None
+        and request.target.created_by_session != caller.id
+        and "change_other_sessions" not in approved
+    ):
+        reasons.append("change_other_sessions")
+    if request.action == "create_session" and "create_sessions" not in approved:
+        reasons.append("create_sessions")
+    if request.action == "subscribe" and "watch_sessions" not in approved:
+        reasons.append("watch_sessions")
+    if caller.mode in ("ask", "plan"):
+        reasons.append("mode")
+    return sorted(reasons, key=PRIORITY.index)
+
+
+def approve(ctx: CallContext, request: Request) -> None:
+    """Return when the call may go on: at once when it needs no card, else on the owner's Allow."""
+    caller = Session.get_by_id(ctx.caller.id)  # the loop count may have moved since the call began
+    reasons = reasons_for(caller, request, approved(caller.id, "this"))
+    if not reasons:
+        return
+    turn = live_turn(ctx)
+    if turn is None:
+        raise ActionError(
+            "REMOTE_RELAY_NO_ACTIVE_TURN",
+            f"{request.action} needs the owner's approval ({_why(reasons[0])}), and this conversation has no "
+            "running turn to show the card in. Ask the user to allow it from a turn of this conversation. "
+            f"{request.nothing}".strip(),
+        )
+    card = _create(ctx, caller, turn, request, reasons)
+    outcome = _await(ctx.runtime, card.id, turn.id)
+    if outcome == "allowed":
+        return
+    raise _refusal(card, outcome, request)
+
+
+def live_turn(ctx: CallContext) -> Message | None:
+    """The caller's turn a card can be shown in: the one making the call, else any running."""
+    if ctx.turn is not None:
+        return ctx.turn
+    return (
+        Message.select()
+        .where((Message.session == ctx.caller.id) & Message.status.in_(LIVE))
+        .order_by(Message.seq)
+        .first()
+    )
+
+
+def approved(session_id: str, relay: str) -> set[str]:
+    rows = Approval.select(Approval.kind).where((Approval.session == session_id) & (Approval.relay == relay))
+    return {row.kind for row in rows}
+
+
+def set_approvals(session_id: str, relay: str, kinds: set[str], card_id: str | None = None) -> None:
+    """Remember exactly these Allows (the owner's list on the page and the API); inside a transaction."""
+    Approval.delete().where(
+        (Approval.session == session_id) & (Approval.relay == relay) & Approval.kind.not_in(list(kinds) or [""])
+    ).execute()
+    _grant(session_id, relay, kinds, card_id)
+
+
+def _grant(session_id: str, relay: str, kinds: set[str] | list[str], card_id: str | None) -> None:
+    rows = [{"session": session_id, "relay": relay, "kind": kind, "card_id": card_id} for kind in sorted(kinds)]
+    if rows:
+        Approval.insert_many(rows).on_conflict_ignore().execute()
+
+
+def _create(ctx: CallContext, caller: Session, turn: Message, request: Request, reasons: list[str]) -> Card:
+    now = utcnow()
+    lines = [line for line in (_settings_line(request), *request.lines) if line]
+    lines += [_also(reason) for reason in reasons[1:]]
+    excerpt = (request.excerpt or "").strip() or None
+    if excerpt and len(excerpt) > EXCERPT_CHARS:
+        excerpt = excerpt[: EXCERPT_CHARS - 1] + "…"
+    target = request.target
+    with write_transaction():
+        card = Card.create(
+            id=ids.prefixed_id("card"), session=caller.id, turn_id=turn.id, action=request.action,
+            relay=ctx.relay_name, target_id=target.id if target else None, reasons=reasons,
+            text=_sentence(reasons[0], ctx.relay_name, caller, request),
+            details={"lines": lines, "excerpt": excerpt, "targetTitle": target.title if target else None},
+            created_at=now, expires_at=now + timedelta(seconds=ctx.runtime.time("CARD_EXPIRY_SECONDS")),
+        )
+    release_connection()
+    return card
+
+
+def _await(runtime: Runtime, card_id: str, turn_id: str) -> str:
+    """Block until the card is decided, its turn ends, or it expires; returns its final status."""
+    namespace = runtime.config.namespace
+    with runtime.hub.watch(card_channel(namespace, card_id), turn_channel(namespace, turn_id)) as woken:
+        while True:
+            woken.clear()
+            card = Card.get_by_id(card_id)
+            turn = Message.get_or_none(Message.id == turn_id)
+            release_connection()
+            if card.status != "pending":
+                return card.status
+            now = utcnow()
+            if turn is None or turn.stop_requested or turn.status not in LIVE:
+                _end(card_id, "withdrawn", now)
+                continue
+            if now >= card.expires_at:
+                _end(card_id, "expired", now)
+                continue
+            # A decision and the turn's end arrive by signal; a stop is seen within the poll period.
+            remaining = (card.expires_at - now).total_seconds()
+            woken.wait(min(runtime.time("STOP_POLL_SECONDS"), remaining))
+
+
+def _end(card_id: str, status: str, now: datetime) -> bool:
+    ended = Card.update(status=status, decided_at=now).where((Card.id == card_id) & (Card.status == "pending")).execute()
+    release_connection()
+    return bool(ended)
+
+
+def decide(runtime: Runtime, card_id: str, decision: str) -> dict[str, Any]:
+    """The owner's Allow or Deny (page and API alike). Nothing changes on a refusal."""
+    nothing = "Nothing was changed."
+    if decision not in ("allow", "deny"):
+        raise invalid(f'decision must be "allow" or "deny". {nothing}')
+    card = Card.get_or_none(Card.id == (card_id or "").strip())
+    if card is None:
+        raise not_found(f'Relay "{runtime.relay_name()}" has no approval card "{(card_id or "")[:64]}". {nothing}')
+    now = utcnow()
+    if card.status == "pending" and card.expires_at <= now:
+        _end(card.id, "expired", now)  # refused below as expired
+    status = "allowed" if decision == "allow" else "denied"
+    with write_transaction():
+        decided = (
+            Card.update(status=status, decided_at=now)
+            .where((Card.id == card.id) & (Card.status == "pending"))
+            .execute()
+        )
+        if decided and status == "allowed":
+            _grant(card.session_id, "this", [r for r in card.reasons if r in REMEMBERED], card.id)
+            if "loop" in card.reasons:  # Allow on the loop card starts the count over (SPEC §4)
+                Session.update(loop_prompt_count=0).where(Session.id == card.session_id).execute()
+    if not decided:
+        current = Card.get_by_id(card.id).status
+        raise invalid(f"Card {card.id} is {current}, not pending. {nothing}")
+    publish(runtime.redis, card_channel(runtime.config.namespace, card.id))
+    if status == "allowed" and "loop" in card.reasons:
+        from oar.schedules import schedules  # firings held by loop protection go out now (SPEC §9)
+
+        schedules.release_held(runtime, card.session_id, now)
+    return shape(Card.get_by_id(card.id))
+
+
+def sweep(now: datetime) -> int:
+    """End cards nobody can still be waiting on (their turn ended, or they expired): a
+    waiting process that died leaves its card pending, and the Inbox must not show it."""
+    ended = 0
+    pending = list(Card.select().where(Card.status == "pending"))
+    if not pending:
+        return 0
+    turns = Message.select(Message.id).where(Message.id.in_([c.turn_id for c in pending]) & Message.status.in_(LIVE))
+    live = {turn.id for turn in turns}
+    for card in pending:
+        if card.expires_at <= now:
+            ended += _end(card.id, "expired", now)
+        elif card.turn_id not in live:
+            ended += _end(card.id, "withdrawn", now)
+    return ended
+
+
+def seconds_waited(turn_id: str, now: datetime) -> float:
+    """Time the turn spent waiting on cards: it does not count toward `max_turn_seconds`."""
+    total = 0.0
+    for card in Card.select(Card.created_at, Card.decided_at).where(Card.turn_id == turn_id):
+        total += ((card.decided_at or now) - card.created_at).total_seconds()
+    return total
+
+
+def pending() -> list[dict[str, Any]]:
+    """Every pending card, oldest first (the Inbox)."""
+    return [shape(card) for card in _pending_query()]
+
+
+def pending_count() -> int:
+    """How many cards wait (the page's Inbox badge, on every page)."""
+    return _pending_query().count()
+
+
+def pending_in_session(session_id: str) -> list[dict[str, Any]]:
+    """The pending cards of one conversation (its page)."""
+    return [shape(card) for card in _pending_query().where(Card.session == session_id)]
+
+
+def _pending_query() -> Any:
+    return (
+        Card.select(Card, Session)
+        .join(Session)
+        .where((Card.status == "pending") & (Session.deleted == False))  # noqa: E712
+        .order_by(Card.created_at)
+    )
+
+
+def shape(card: Card) -> dict[str, Any]:
+    details = card.details or {}
+    return {
+        "id": card.id,
+        "kind": "approval",
+        "status": card.status,
+        "reason": card.reasons[0] if card.reasons else None,
+        "reasons": card.reasons,
+        "session": {"id": card.session_id, "title": card.session.title},
+        "action": card.action,
+        "relay": card.relay,
+        "target": {"id": card.target_id, "title": details.get("targetTitle")} if card.target_id else None,
+        "text": card.text,
+        "lines": details.get("lines") or [],
+        "excerpt": details.get("excerpt"),
+        "createdAt": iso(card.created_at),
+        "expiresAt": iso(card.expires_at),
+        "decidedAt": iso(card.decided_at) if card.decided_at else None,
+    }
+
+
+def _sentence(reason: str, relay: str, caller: Session, request: Request) -> str:
+    target = request.target
+    where = f" (session {target.id[:8]})" if target is not None else ""
+    if reason == "loop":
+        return (
+            f"This agent has sent {caller.loop_prompt_count} prompts to other sessions since you last wrote "
+            f'here. Keep going? (next: {request.action} on relay "{relay}"{where})'
+        )
+    if reason == "transfer":
+        return f"Allow the agent to move the subscriptions of session {target.id[:8] if target else '?'} to this conversation?"
+    if reason == "change_other_sessions":
+        return f'Allow the agent to change session {target.id[:8] if target else "?"} on relay "{relay}", which it did not start?'
+    if reason == "create_sessions":
+        parts = ", ".join(p for p in (request.provider, request.folder) if p)
+        return f"This agent wants to start sessions on this relay ({parts}). Sessions it starts use this relay's accounts."
+    if reason == "watch_sessions":
+        return f'This agent wants to watch sessions on relay "{relay}"{where}.'
+    return f'Allow the agent to {request.action} on relay "{relay}"{where}?'
+
+
+def _settings_line(request: Request) -> str:
+    parts = [
+        f"{label}: {value}"
+        for label, value in (
+            ("Mode", request.mode), ("Provider", request.provider), ("Model", request.model), ("Folder", request.folder)
+        )
+        if value
+    ]
+    return " · ".join(parts)
+
+
+def _why(reason: str) -> str:
+    return {
+        "loop": "30 prompts to other sessions since the user last wrote here",
+        "transfer": "moving subscriptions always needs it",
+        "change_other_sessions": "changing a session this conversation did not start",
+        "create_sessions": "the first session this conversation starts",
+        "watch_sessions": "the first session this conversation watches",
+        "mode": "this conversation is in ask or plan mode",
+    }[reason]
+
+
+def _also(reason: str) -> str:
+    return f"Also asked because: {_why(reason)}."
+
+
+def _refusal(card: Card, outcome: str, request: Request) -> ActionError:
+    if outcome == "denied":
+        if request.denied_code == "REMOTE_RELAY_PERMISSION":
+            return ActionError(
+                "REMOTE_RELAY_PERMISSION",
+                f"The owner did not allow changing session {card.target_id[:8] if card.target_id else ''} "
+                f"(card {card.id}). {request.nothing}",
+            )
+        return ActionError(
+            "REMOTE_RELAY_APPROVAL_DENIED", f"The owner denied {request.action} (card {card.id}). {request.nothing}"
+        )
+    if outcome == "expired":
+        return ActionError(
+            "REMOTE_RELAY_APPROVAL_DENIED",
+            f"Nobody decided the approval card {card.id} before it expired; it was withdrawn. {request.nothing}",
+        )
+    return ActionError(
+        "REMOTE_RELAY_APPROVAL_DENIED",
+        f"The turn ended before the owner decided the approval card {card.id}; it was withdrawn. {request.nothing}",
+    )

@@ -1,0 +1,103 @@
+"""The `oar` command: `python -m oar <command>` (SPEC §12)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from oar.core import logs
+from oar.core.config import from_environment
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="oar", description="OAR Relay")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("serve", help="the embedded relay: Redis, worker, clock and web in one command")
+    worker = commands.add_parser("worker", help="RQ worker processes that run turns")
+    worker.add_argument("--processes", type=int, default=None)
+    commands.add_parser("clock", help="the reconciler loop")
+    commands.add_parser("migrate", help="apply database migrations")
+    token = commands.add_parser("token", help="mint a token")
+    token.add_argument("--owner", action="store_true", help="replace the owner token")
+    token.add_argument("--session", help="a new agent token for this session id")
+    call = commands.add_parser("call", help="call relay_tool: oar call <action> key=value…")
+    call.add_argument("action")
+    call.add_argument("arguments", nargs="*", help="key=value; values are JSON when they parse as JSON")
+    args = parser.parse_args(argv)
+    logs.configure()
+
+    if args.command == "serve":
+        from oar.engine.launcher import main as serve
+
+        return serve()
+    if args.command == "worker":
+        from oar.engine.worker import main as run_worker
+
+        run_worker(args.processes)
+        return 0
+    if args.command == "clock":
+        from oar.engine.clock import main as run_clock
+
+        run_clock()
+        return 0
+    if args.command == "migrate":
+        return _migrate()
+    if args.command == "token":
+        return _token(args.owner, args.session)
+    return _call(args.action, args.arguments)
+
+
+def _migrate() -> int:
+    from oar.core.db import open_database
+    from oar.owner.bootstrap import migrate
+
+    open_database(from_environment())
+    applied = migrate()
+    print(f"applied {len(applied)} migrations: {', '.join(applied)}" if applied else "database is up to date")
+    return 0
+
+
+def _token(owner: bool, session_id: str | None) -> int:
+    from oar.core.db import database, open_database, write_transaction
+    from oar.owner.bootstrap import reset_owner_token
+    from oar.sessions import sessions
+
+    config = from_environment()
+    open_database(config)
+    if owner:
+        print(reset_owner_token())
+        return 0
+    if not session_id:
+        print("oar token: give --owner or --session <id>", file=sys.stderr)
+        return 2
+    with database.connection_context():
+        session = sessions.resolve(session_id, config.relay_name)
+        with write_transaction():
+            print(sessions.issue_token(session))
+    return 0
+
+
+def _call(action: str, pairs: list[str]) -> int:
+    """Call relay_tool over HTTP as the session whose token is in OAR_TOKEN."""
+    import requests
+
+    payload: dict[str, object] = {"action": action}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            print(f"oar call: {pair!r} is not key=value", file=sys.stderr)
+            return 2
+        try:
+            payload[key] = json.loads(value)
+        except ValueError:
+            payload[key] = value
+    token = os.environ.get("OAR_TOKEN")
+    if not token:
+        print("oar call: set OAR_TOKEN to a session's agent token", file=sys.stderr)
+        return 2
+    url = os.environ.get("OAR_URL") or from_environment().base_url
+    response = requests.post(f"{url}/api/v1/relay_tool", json=payload, headers={"Authorization": f"Bearer {token}"}, timeout=3700)
+    print(json.dumps(response.json(), indent=2, ensure_ascii=False))
+    return 0 if response.ok else 1

@@ -1,0 +1,100 @@
+"""The database: a deferred peewee database, bound to SQLite or PostgreSQL at start.
+
+No connection is opened at import time (workers fork). SQLite runs in WAL mode with a
+busy timeout, and every write transaction takes the write lock up front
+(``BEGIN IMMEDIATE``) so that two writers queue instead of failing with "database is
+locked" halfway through.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import peewee
+from playhouse.db_url import connect as connect_url
+from playhouse.db_url import parse as parse_url
+
+from oar.core.config import Config
+
+database = peewee.DatabaseProxy()
+
+SQLITE_PRAGMAS = {
+    "journal_mode": "wal",
+    "busy_timeout": 30_000,  # ms: a writer waits for the lock instead of failing
+    "foreign_keys": 1,
+    "synchronous": "normal",  # durable across process crashes in WAL mode
+    "cache_size": -16_000,  # KiB
+}
+
+
+# PostgreSQL: connections per process, shared by its threads. Threads hold one only while
+# they use it (waits and running turns give theirs back), so a few serve many threads; a
+# thread that finds them all in use waits for one instead of failing. The default fits
+# the default process group (4 web + 2 worker processes + the clock) under PostgreSQL's
+# default limit of 100 connections.
+POSTGRES_POOL = {"max_connections": 8, "timeout": 30, "stale_timeout": 300}
+
+
+def open_database(config: Config) -> peewee.Database:
+    """Create the database object for `config` and bind the proxy to it."""
+    if config.database_url:
+        url = config.database_url
+        scheme, sep, rest = url.partition("://")
+        pool: dict[str, int] = {}
+        if sep and scheme.removesuffix("+pool") in ("postgres", "postgresql"):
+            url = f"{scheme.removesuffix('+pool')}+pool://{rest}"
+            given = parse_url(url)  # values in the URL's query win
+            pool = {name: value for name, value in POSTGRES_POOL.items() if name not in given}
+        db = connect_url(url, autoconnect=True, autorollback=True, **pool)
+    else:
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        db = peewee.SqliteDatabase(
+            str(config.sqlite_path), pragmas=SQLITE_PRAGMAS, timeout=30, autoconnect=True
+        )
+    database.initialize(db)
+    return db
+
+
+def is_sqlite() -> bool:
+    return isinstance(database.obj, peewee.SqliteDatabase)
+
+
+def lock_rows(query: peewee.ModelSelect) -> None:
+    """Lock the selected rows for this transaction (PostgreSQL), before changing others.
+
+    Transactions that change a session and its messages lock the session row first, so two
+    of them never wait on each other in opposite orders (a deadlock). SQLite's write
+    transactions hold the whole database already.
+    """
+    if not is_sqlite():
+        list(query.for_update())
+
+
+def write_transaction() -> peewee._atomic:
+    """A write transaction that takes the write lock up front on SQLite."""
+    if is_sqlite():
+        return database.atomic("IMMEDIATE")
+    return database.atomic()
+
+
+@contextlib.contextmanager
+def released_connection() -> Iterator[None]:
+    """Give this thread's connection back while it waits for something else.
+
+    Long waits must not hold a database connection (SPEC §7); the next query reopens it.
+    Inside a transaction or an explicit `connection_context()` the connection is kept,
+    since closing it there would end what the caller opened.
+    """
+    release_connection()
+    yield
+
+
+def release_connection() -> None:
+    """Give this thread's connection back (to the pool on PostgreSQL) between uses.
+
+    Kept inside a transaction or an explicit `connection_context()`; the next query takes
+    a connection again.
+    """
+    if not database.in_transaction() and not database._state.ctx:
+        database.close()

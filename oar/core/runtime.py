@@ -1,0 +1,64 @@
+"""The running relay in one process: configuration, Redis, the wake-up hub and the queue.
+
+Built once per process (web, worker, clock); nothing connects until first use, so a
+worker can fork after building it.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import redis
+from rq import Queue
+
+from oar.core import settings
+from oar.core.config import Config
+from oar.core.signals import WakeHub, publish, turn_channel
+
+
+class Runtime:
+    def __init__(self, config: Config) -> None:
+        if not config.redis_url:
+            raise RuntimeError(
+                "REDIS_URL is not set. Start the embedded relay with `python app.py`, or set "
+                "REDIS_URL (for example redis://127.0.0.1:6379/0)."
+            )
+        self.config = config
+        self._redis: redis.Redis | None = None
+        self._hub: WakeHub | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def redis(self) -> redis.Redis:
+        if self._redis is None:
+            self._redis = redis.Redis.from_url(
+                self.config.redis_url, socket_connect_timeout=2, health_check_interval=30
+            )
+        return self._redis
+
+    @property
+    def hub(self) -> WakeHub:
+        with self._lock:
+            if self._hub is None:
+                self._hub = WakeHub(self.redis, self.config.namespace)
+            return self._hub
+
+    @property
+    def queue(self) -> Queue:
+        return Queue(self.config.namespace, connection=self.redis)
+
+    def time(self, name: str) -> float:
+        return self.config.time(name)
+
+    def settings(self) -> dict[str, Any]:
+        return settings.load(self.config)
+
+    def relay_name(self) -> str:
+        return self.settings()["relay_name"]
+
+    def open_url(self, session_id: str) -> str:
+        return f"{self.config.base_url}/sessions/{session_id}"
+
+    def signal_turn(self, message_id: str) -> None:
+        publish(self.redis, turn_channel(self.config.namespace, message_id))

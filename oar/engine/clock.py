@@ -1,0 +1,55 @@
+"""`oar clock`: runs the reconciler every `RECONCILE_SECONDS` (and once at start).
+
+Due work lives in the database; the clock only notices what is due or orphaned and hands
+it to the queue, so a restarted clock or a flushed Redis loses nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+
+from oar.core.config import from_environment
+from oar.core.db import database, open_database
+from oar.core.runtime import Runtime
+from oar.core.timeutil import utcnow
+from oar.engine.reconciler import reconcile
+from oar.schedules.schedules import fire_due
+from oar.watching.subscriptions import sweep
+
+log = logging.getLogger("oar.clock")
+
+
+def tick(runtime: Runtime) -> None:
+    try:
+        outcome = reconcile(runtime, utcnow())
+        if outcome.failed_turns or outcome.released_sessions or outcome.enqueued_sessions:
+            log.info("reconciled: %s", outcome)
+        # Schedules that are overdue: after downtime, a lost RQ job or a flushed Redis.
+        fired = fire_due(runtime, utcnow())
+        if fired:
+            log.info("schedules swept: %s", dict(fired))
+        # Events no job ingested and deliveries no job made (lost jobs, a flushed Redis).
+        swept = sweep(runtime, utcnow())
+        if any(swept.values()):
+            log.info("deliveries swept: %s", swept)
+    finally:
+        database.close()
+
+
+def main() -> None:
+    config = from_environment()
+    open_database(config)
+    runtime = Runtime(config)
+    stopping = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopping.set())
+    period = runtime.time("RECONCILE_SECONDS")
+    log.info("clock started: reconciling every %s s", period)
+    while not stopping.is_set():
+        try:
+            tick(runtime)
+        except Exception:
+            log.exception("reconciler run failed; trying again in %s s", period)
+        stopping.wait(period)

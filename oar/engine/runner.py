@@ -1,0 +1,482 @@
+"""Running turns, inside RQ workers only (SPEC §11, §13).
+
+`run_turns(session_id)` claims the session's oldest queued prompt with a conditional
+UPDATE (so a session never runs two turns at once, whatever the number of workers), runs
+it through the session's provider, records the outcome, and goes on with the next queued
+prompt. A watcher thread beside each turn writes a heartbeat (so the reconciler can fail a
+turn whose worker died), honours stop requests within a second, and ends turns that run
+past `max_turn_seconds`.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from typing import Any
+
+import redis
+
+from oar import providers
+from oar.approvals import cards, questions
+from oar.core import events, ids
+from oar.core.db import database, lock_rows, release_connection, write_transaction
+from oar.core.models import Message, Question, Session
+from oar.core.runtime import Runtime
+from oar.core.signals import publish, stop_channel
+from oar.core.timeutil import utcnow
+from oar.providers import usage
+from oar.providers.base import (
+    Activity,
+    AgentSession,
+    OutputTruncated,
+    TaskEnded,
+    TaskReported,
+    TextDelta,
+    TurnControl,
+    TurnFailed,
+    TurnRequest,
+    Usage,
+)
+from oar.turns import external
+from oar.watching import subscriptions
+
+log = logging.getLogger(__name__)
+
+
+def run_turns(runtime: Runtime, session_id: str) -> int:
+    """Run the session's queued turns in order until none is left; returns how many ran."""
+    ran = 0
+    while (turn := claim_next_turn(session_id)) is not None:
+        runtime.signal_turn(turn.id)
+        execute(runtime, turn)
+        ran += 1
+    return ran
+
+
+def claim_next_turn(session_id: str) -> Message | None:
+    with write_transaction():
+        session = Session.get_or_none(Session.id == session_id)
+        if session is None or session.active_turn or session.archived or session.deleted:
+            return None
+        turn = (
+            Message.select()
+            .where((Message.session == session_id) & (Message.status == "queued"))
+            .order_by(Message.seq)
+            .first()
+        )
+        if turn is None:
+            return None
+        claimed = (
+            Session.update(active_turn=turn.id)
+            .where((Session.id == session_id) & Session.active_turn.is_null())
+            .execute()
+        )
+        if not claimed:
+            return None
+        now = utcnow()
+        Message.update(status="running", started_at=now, heartbeat_at=now, partial_text="").where(
+            (Message.id == turn.id) & (Message.status == "queued")
+        ).execute()
+    return Message.get(Message.id == turn.id)
+
+
+class TurnWatcher(threading.Thread):
+    """Heartbeat, stop requests and the turn time limit, beside a running turn."""
+
+    def __init__(self, runtime: Runtime, turn: Message, control: TurnControl, max_seconds: float) -> None:
+        super().__init__(name=f"oar-turn-{turn.id}", daemon=True)
+        self.runtime = runtime
+        self.turn_id = turn.id
+        self.control = control
+        self.deadline = time.monotonic() + max_seconds
+        self._card_credit = 0.0
+        self.finished = threading.Event()
+        self.stopped = False
+        self.timed_out = False
+
+    def run(self) -> None:
+        pubsub = self._subscribe()
+        heartbeat_every = self.runtime.time("TURN_HEARTBEAT_SECONDS")
+        poll_every = self.runtime.time("STOP_POLL_SECONDS")
+        next_heartbeat = time.monotonic() + heartbeat_every
+        try:
+            while not self.finished.is_set():
+                self._wait_for_signal(pubsub, poll_every)
+                if self.finished.is_set():
+                    return
+                row = Message.get_or_none(Message.id == self.turn_id)
+                if row is None or row.stop_requested or row.status not in ("running", "waiting_for_answer"):
+                    self.stopped = True
+                    self.control.cancelled.set()
+                    return
+                if time.monotonic() >= self.deadline and not self._credit_card_waits():
+                    self.timed_out = True
+                    self.control.cancelled.set()
+                    return
+                if time.monotonic() >= next_heartbeat:
+                    Message.update(heartbeat_at=utcnow()).where(Message.id == self.turn_id).execute()
+                    next_heartbeat = time.monotonic() + heartbeat_every
+                release_connection()  # not held between checks (SPEC §7: waits hold none)
+        finally:
+            if pubsub is not None:
+                pubsub.close()
+            database.close()
+
+    def _credit_card_waits(self) -> bool:
+        """Time on approval cards does not count either (SPEC §6); the card may wait in another
+        process (an agent's HTTP call), so it is read from the cards. True if the deadline moved."""
+        waited = cards.seconds_waited(self.turn_id, utcnow())
+        credit = waited - self._card_credit
+        if credit <= 0:
+            return False
+        self._card_credit = waited
+        self.deadline += credit
+        return time.monotonic() < self.deadline
+
+    def pause(self) -> None:
+        """Time waiting for an answer does not count toward the turn's time limit."""
+        self._paused_at = time.monotonic()
+
+    def resume(self) -> None:
+        self.deadline += time.monotonic() - self._paused_at
+
+    def finish(self) -> None:
+        """End the watch at once: the thread may be blocked waiting for a stop signal."""
+        self.finished.set()
+        publish(self.runtime.redis, stop_channel(self.runtime.config.namespace, self.turn_id))
+        self.join(timeout=5)
+
+    def _subscribe(self) -> Any:
+        try:
+            pubsub = self.runtime.redis.pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(stop_channel(self.runtime.config.namespace, self.turn_id))
+            return pubsub
+        except redis.RedisError:
+            return None
+
+    def _wait_for_signal(self, pubsub: Any, seconds: float) -> None:
+        if pubsub is None:
+            self.finished.wait(seconds)
+            return
+        try:
+            pubsub.get_message(timeout=seconds)
+        except redis.RedisError:
+            self.finished.wait(seconds)
+
+
+def execute(runtime: Runtime, turn: Message) -> None:
+    session = Session.get_by_id(turn.session_id)
+    provider = providers.get(session.provider)
+    if provider is None:
+        finish(runtime, turn, "failed", "", f'Provider "{session.provider}" is not configured on this relay.')
+        return
+    if usage.token_cap(provider) is not None and usage.meter(provider, utcnow()).capped:
+        cap = usage.token_cap(provider)
+        finish(runtime, turn, "failed", "", f"{provider.name} is over its monthly token cap of {cap:,}; the turn did not run.")
+        return
+    model = provider.model_for(turn.model)
+    if model != turn.model:  # a model that no longer belongs to the provider is not sent (SPEC §11)
+        Message.update(model=model).where(Message.id == turn.id).execute()
+        turn.model = model
+    control = TurnControl(call_relay_tool=lambda args: call_relay_tool_as(runtime, session.id, turn.id, args))
+    watcher = TurnWatcher(runtime, turn, control, runtime.settings()["max_turn_seconds"])
+    control.ask_user = lambda question, options, allow_freeform=True: ask_user(
+        runtime, turn, watcher, control, question, options, allow_freeform
+    )
+    control.start_task = lambda command: start_task(runtime, session.id, turn.id, command)
+    control.receive_external = lambda seconds: external.receive(runtime, turn.id, seconds)
+    control.note_reachable = lambda reachable: note_reachable(provider.name, reachable)
+    control.recall = lambda key: recall(runtime, session.id, key)
+    control.remember = lambda key, value: remember(runtime, session.id, key, value)
+    reported_tasks: dict[str, str] = {}  # the agent's task id → the relay's
+    watcher.start()
+    request = TurnRequest(
+        session_id=session.id,
+        prompt=turn.text,
+        model=turn.model,
+        effort=turn.effort,
+        mode=turn.mode or session.mode,
+        cwd=session.cwd,
+        thinking="inline" if session.thinking_display in ("summarized", "full") else "omit",
+        agent_session_id=session.agent_session_id,
+        connect_timeout=runtime.time("PROVIDER_CONNECT_TIMEOUT_SECONDS"),
+        read_timeout=runtime.time("PROVIDER_READ_TIMEOUT_SECONDS"),
+        history=lambda: history_of(session.id, turn.seq),
+    )
+    stream = PartialWriter(turn.id, runtime.time("PARTIAL_WRITE_SECONDS"))
+    failure: str | None = None
+    # A turn mostly waits on its provider: it takes a connection only to write, so that
+    # many turns in one worker process share a few connections.
+    release_connection()
+    try:
+        for event in provider.run_turn(request, control):
+            if isinstance(event, TextDelta):
+                stream.add_text(event.text)
+            elif isinstance(event, Activity):
+                stream.add_activity(event.text)
+            elif isinstance(event, TurnFailed):
+                failure = event.message
+                break
+            elif isinstance(event, Usage):
+                usage.record(provider.name, turn.model, session.id, turn.id, event.input_tokens, event.output_tokens)
+                release_connection()
+            elif isinstance(event, AgentSession):
+                Session.update(agent_session_id=event.id[:200]).where(Session.id == session.id).execute()
+                release_connection()
+            elif isinstance(event, OutputTruncated):
+                Message.update(output_truncated=True).where(Message.id == turn.id).execute()
+                release_connection()
+            elif isinstance(event, TaskReported):
+                reported_tasks[event.agent_task_id] = record_reported_task(runtime, session.id, turn.id, event)
+            elif isinstance(event, TaskEnded) and event.agent_task_id in reported_tasks:
+                end_reported_task(runtime, reported_tasks[event.agent_task_id], event)
+            if control.cancelled.is_set():
+                break
+    except Exception:
+        reference = secrets.token_hex(4)
+        log.exception("turn %s failed in provider %s (log reference %s)", turn.id, provider.name, reference)
+        failure = f"The {provider.name} provider failed unexpectedly (log reference {reference})."
+    finally:
+        watcher.finish()
+    end_leftover_tasks(runtime, list(reported_tasks.values()))
+    text = stream.text
+    if watcher.timed_out:
+        limit = runtime.settings()["max_turn_seconds"]
+        finish(runtime, turn, "failed", text, f"The turn ran longer than the relay's limit of {limit} s and was ended.")
+    elif watcher.stopped:
+        finish(runtime, turn, "stopped", text, None)
+    elif failure is not None:
+        finish(runtime, turn, "failed", text, failure)
+    else:
+        finish(runtime, turn, "done", text, None)
+
+
+class PartialWriter:
+    """Collects the streamed reply and writes it to the database at most every `interval` s."""
+
+    def __init__(self, turn_id: str, interval: float) -> None:
+        self.turn_id = turn_id
+        self.interval = interval
+        self.parts: list[str] = []
+        self.activities: list[str] = []
+        self.last_write = 0.0
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def add_text(self, text: str) -> None:
+        self.parts.append(text)
+        self._maybe_write()
+
+    def add_activity(self, line: str) -> None:
+        self.activities.append(line)
+        self._maybe_write(force=True)
+
+    def _maybe_write(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self.last_write >= self.interval:
+            Message.update(partial_text=self.text, activities=self.activities[-20:]).where(
+                Message.id == self.turn_id
+            ).execute()
+            release_connection()
+            self.last_write = now
+
+
+def finish(runtime: Runtime, turn: Message, status: str, text: str, error: str | None) -> bool:
+    """Record a turn's outcome; False when the turn had already been settled elsewhere."""
+    now = utcnow()
+    keep_reply = status == "done" or (status == "stopped" and text)
+    reply_id = ids.message_id() if keep_reply else None
+    with write_transaction():
+        lock_rows(Session.select(Session.id).where(Session.id == turn.session_id))
+        settled = (
+            Message.update(
+                status=status, error=error, partial_text=text, reply_id=reply_id, completed_at=now
+            )
+            .where((Message.id == turn.id) & Message.status.in_(("running", "waiting_for_answer")))
+            .execute()
+        )
+        if settled and reply_id:
+            Message.create(
+                id=reply_id, session=turn.session_id, role="assistant", text=text, created_at=now,
+                from_kind="user", model=turn.model,
+            )
+        if settled:
+            record_turn_events(turn, status, text, error, now)
+        Session.update(
+            active_turn=None,
+            last_activity_at=now,
+            message_count=Session.message_count + (1 if settled and reply_id else 0),
+        ).where((Session.id == turn.session_id) & (Session.active_turn == turn.id)).execute()
+    runtime.signal_turn(turn.id)
+    if settled:
+        subscriptions.poke(runtime)
+    return bool(settled)
+
+
+def record_turn_events(turn: Message, status: str, text: str, error: str | None, now: Any) -> None:
+    """`turn_end` with the status and the start of the reply; `error` for a failed turn (SPEC §8.2)."""
+    events.record(
+        turn.session_id, "turn_end",
+        {"turnId": turn.id, "status": status, "excerpt": (error if status == "failed" else text or "")[:200],
+         "fromSession": turn.from_session if turn.from_kind == "agent" else None},
+        now,
+    )
+    if status == "failed":
+        events.record(turn.session_id, "error", {"turnId": turn.id, "error": (error or "")[:500]}, now)
+
+
+def ask_user(
+    runtime: Runtime, turn: Message, watcher: TurnWatcher, control: TurnControl, question: str, options: list[str],
+    allow_freeform: bool = True,
+) -> str | None:
+    """Raise an `ask_user` card and wait for its answer; the turn is `waiting_for_answer` meanwhile.
+
+    Returns the answer, "(dismissed)" when the owner dismissed the card, or None when the turn
+    was stopped (the card then ends unanswered).
+    """
+    with write_transaction():
+        card = questions.create_ask_user(turn.id, turn.session_id, question, options, turn.hops, allow_freeform)
+        Message.update(status="waiting_for_answer").where(
+            (Message.id == turn.id) & (Message.status == "running")
+        ).execute()
+        events.record(turn.session_id, "question_asked", {"questionId": card.id, "question": question}, utcnow())
+    runtime.signal_turn(turn.id)  # waiting callers return with pendingQuestions
+    subscriptions.poke(runtime)
+    release_connection()
+    watcher.pause()
+    answer = None
+    try:
+        answer = _wait_for_answer(runtime, card.id, control)
+    finally:
+        watcher.resume()
+        if answer is None:
+            Question.update(status="ended", answered_at=utcnow()).where(
+                (Question.id == card.id) & (Question.status == "pending")
+            ).execute()
+    with write_transaction():
+        Message.update(status="running").where(
+            (Message.id == turn.id) & (Message.status == "waiting_for_answer")
+        ).execute()
+    release_connection()
+    return answer
+
+
+def _wait_for_answer(runtime: Runtime, question_id: str, control: TurnControl) -> str | None:
+    channel = questions.question_channel(runtime.config.namespace, question_id)
+    with runtime.hub.watch(channel) as answered:
+        while not control.cancelled.is_set():
+            answered.clear()
+            card = Question.get_by_id(question_id)
+            release_connection()
+            if card.status == "answered":
+                return card.answer
+            if card.status == "dismissed":
+                return "(dismissed)"
+            if card.status != "pending":
+                return None
+            # The answer arrives by signal; a stop is seen within the stop-poll period.
+            answered.wait(runtime.time("STOP_POLL_SECONDS"))
+    return None
+
+
+def start_task(runtime: Runtime, session_id: str, turn_id: str, command: str) -> str:
+    """A background task the turn starts; it runs in its own job and outlives the turn."""
+    from oar.background import tasks
+
+    try:
+        return tasks.start(runtime, Session.get_by_id(session_id), command, turn_id=turn_id).id
+    finally:
+        release_connection()
+
+
+def record_reported_task(runtime: Runtime, session_id: str, turn_id: str, reported: TaskReported) -> str:
+    """A background task the agent runs itself, recorded (never run) as one of the session's tasks."""
+    from oar.background import tasks
+
+    try:
+        return tasks.record_reported(
+            runtime, session_id, turn_id, description=reported.description, type=reported.type,
+            output_file=reported.output_file,
+        ).id
+    finally:
+        release_connection()
+
+
+def end_reported_task(runtime: Runtime, task_id: str, ended: TaskEnded) -> None:
+    from oar.background import tasks
+
+    try:
+        tasks.end_reported(runtime, task_id, ended.status, ended.note)
+    finally:
+        release_connection()
+
+
+def end_leftover_tasks(runtime: Runtime, task_ids: list[str]) -> None:
+    """The records of tasks the agent reported and did not end, end with its turn: the relay
+    can follow an agent's own task only through that turn (ended ones stay as they are)."""
+    from oar.background import tasks
+
+    try:
+        for task_id in task_ids:
+            tasks.finish(runtime, task_id, "killed", None, tasks.AGENT_GONE_TEXT)
+    finally:
+        release_connection()
+
+
+def note_reachable(provider_name: str, reachable: bool) -> None:
+    try:
+        providers.note_reachable(provider_name, reachable)
+    finally:
+        release_connection()
+
+
+# Notes a provider keeps about a session between turns: best effort, so Redis, for a month.
+NOTE_SECONDS = 30 * 86_400
+
+
+def _note_key(runtime: Runtime, session_id: str, key: str) -> str:
+    return f"{runtime.config.namespace}:providernote:{session_id}:{key}"
+
+
+def recall(runtime: Runtime, session_id: str, key: str) -> str | None:
+    try:
+        value = runtime.redis.get(_note_key(runtime, session_id, key))
+    except redis.RedisError:
+        return None
+    return value.decode("utf-8", errors="replace") if value is not None else None
+
+
+def remember(runtime: Runtime, session_id: str, key: str, value: str | None) -> None:
+    try:
+        if value is None:
+            runtime.redis.delete(_note_key(runtime, session_id, key))
+        else:
+            runtime.redis.set(_note_key(runtime, session_id, key), value.encode("utf-8"), ex=NOTE_SECONDS)
+    except redis.RedisError:
+        log.warning("a note of session %s was not kept: Redis is unavailable", session_id)
+
+
+def history_of(session_id: str, before_seq: int) -> list[dict[str, str]]:
+    rows = (
+        Message.select(Message.role, Message.text)
+        .where((Message.session == session_id) & (Message.seq < before_seq))
+        .order_by(Message.seq)
+    )
+    history = [{"role": row.role, "text": row.text} for row in rows]
+    release_connection()
+    return history
+
+
+def call_relay_tool_as(runtime: Runtime, session_id: str, turn_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """`relay_tool` called by the session's own agent during this turn."""
+    from oar.actions.dispatch import CallContext, dispatch
+
+    caller = Session.get_by_id(session_id)
+    turn = Message.get(Message.id == turn_id)
+    _status, body = dispatch(CallContext(runtime=runtime, caller=caller, turn=turn, via="provider"), payload)
+    release_connection()
+    return body

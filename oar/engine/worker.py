@@ -1,0 +1,82 @@
+"""`oar worker`: RQ workers (with RQ's scheduler) on this relay's queue.
+
+Each worker process runs jobs in threads of their own, up to `OAR_WORKER_THREADS` at once.
+A turn mostly waits — on a model's stream, or on another session's reply when an agent
+prompts a session and waits inside its own turn — so a thread per turn lets one process
+run many turns, and a turn that waits on another never starves the turn it waits for of a
+worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from rq import SimpleWorker
+from rq.job import Job
+from rq.queue import Queue
+from rq.timeouts import TimerDeathPenalty
+from rq.worker_pool import WorkerPool
+
+from oar.core.config import from_environment
+from oar.core.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+# How long a stopping worker lets running turns finish before it exits; turns still
+# running then are failed by the reconciler once their heartbeat stops.
+SHUTDOWN_GRACE_SECONDS = 10
+
+
+class ThreadedWorker(SimpleWorker):
+    """An RQ worker that performs each job in a thread, with at most `threads` at once."""
+
+    # Signals (RQ's default job timeout) work only in the main thread.
+    death_penalty_class = TimerDeathPenalty
+    threads = 32
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._slots = threading.BoundedSemaphore(self.threads)
+        self._running: set[threading.Thread] = set()
+        self._running_lock = threading.Lock()
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        # Blocks the dequeue loop while every thread is busy: the job waits in Redis.
+        self._slots.acquire()
+        execution = self.prepare_execution(job)
+        thread = threading.Thread(target=self._perform, args=(job, queue, execution), name=f"rq-{job.id}", daemon=True)
+        with self._running_lock:
+            self._running.add(thread)
+        thread.start()
+
+    def _perform(self, job: Job, queue: Queue, execution: Any) -> None:
+        try:
+            self.perform_job(job, queue, execution)
+        except Exception:
+            log.exception("job %s failed outside its own handler", job.id)
+        finally:
+            with self._running_lock:
+                self._running.discard(threading.current_thread())
+            self._slots.release()
+
+    def teardown(self) -> None:
+        with self._running_lock:
+            running = list(self._running)
+        for thread in running:
+            thread.join(timeout=SHUTDOWN_GRACE_SECONDS / max(1, len(running)))
+        super().teardown()
+
+
+def main(processes: int | None = None) -> None:
+    config = from_environment()
+    runtime = Runtime(config)
+    ThreadedWorker.threads = config.worker_threads
+    pool = WorkerPool(
+        [config.namespace],
+        connection=runtime.redis,
+        num_workers=processes or config.worker_processes,
+        worker_class=ThreadedWorker,
+    )
+    pool.start(logging_level="WARNING")

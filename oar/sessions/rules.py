@@ -1,0 +1,44 @@
+"""Rules for agents acting on sessions of this relay (SPEC §4)."""
+
+from __future__ import annotations
+
+from oar.core import defaults
+from oar.core.errors import ActionError
+from oar.core.models import Message, Session
+from oar.sessions.sessions import OPEN_TURN
+
+
+def check_may_create(caller: Session, nothing: str) -> None:
+    """One level: a session an agent created cannot create sessions unless the owner allows."""
+    if caller.created_by_session and not caller.may_create_sessions:
+        raise ActionError("REMOTE_RELAY_NESTED_SESSION", f"A session that an agent created cannot create sessions. {nothing}")
+
+
+def busy_sessions_started_by(caller: Session) -> list[Session]:
+    busy = Message.select(Message.session).where(Message.status.in_(OPEN_TURN))
+    return list(
+        Session.select(Session.id, Session.title)
+        .where(
+            (Session.created_by_session == caller.id)
+            & (Session.archived == False)  # noqa: E712
+            & (Session.deleted == False)  # noqa: E712
+            & Session.id.in_(busy)
+        )
+        .order_by(Session.created_at)
+    )
+
+
+def check_active_limit(caller: Session, nothing: str) -> None:
+    """At most 4 sessions started by this conversation at work (a 5th would be refused)."""
+    working = busy_sessions_started_by(caller)
+    if len(working) >= defaults.MAX_ACTIVE_SESSIONS:
+        raise ActionError(
+            "REMOTE_RELAY_SESSION_LIMIT",
+            f"{len(working)} sessions you started are still working; wait for one to finish. {nothing}",
+            sessions=[{"id": s.id, "title": s.title} for s in working],
+        )
+
+
+def count_agent_prompt(caller: Session) -> None:
+    """One more agent-to-agent prompt (inside the write transaction that sends it)."""
+    Session.update(loop_prompt_count=Session.loop_prompt_count + 1).where(Session.id == caller.id).execute()

@@ -1,0 +1,205 @@
+"""Sessions: finding them, their state, and how they are shown to agents (SPEC §2, §5.4)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from oar.core import defaults, ids
+from oar.core.errors import not_found
+from oar.core.models import AgentToken, Message, Session, Task
+from oar.core.timeutil import iso, utcnow
+from oar.sessions import groups
+
+# A prompt whose turn is one of these keeps its session busy.
+OPEN_TURN = ("queued", "running", "waiting_for_answer")
+MODES = ("agent", "ask", "plan")
+
+
+def resolve(reference: str, relay_name: str, nothing: str = "") -> Session:
+    """A non-deleted session by full id or by a unique prefix of at least 8 characters."""
+    reference = (reference or "").strip()
+    session = Session.get_or_none((Session.id == reference) & (Session.deleted == False))  # noqa: E712
+    if session is None and len(reference) >= defaults.SHORT_ID_CHARS:
+        matches = list(
+            Session.select()
+            .where(Session.id.startswith(reference) & (Session.deleted == False))  # noqa: E712
+            .limit(2)
+        )
+        if len(matches) == 1:
+            session = matches[0]
+    if session is None:
+        raise not_found(f'Relay "{relay_name}" has no session "{reference}". {nothing}'.strip())
+    return session
+
+
+def is_same(reference: str | None, session: Session) -> bool:
+    """Whether `reference` names `session` (full id or a prefix of 8+ characters)."""
+    if not reference:
+        return False
+    reference = reference.strip()
+    return reference == session.id or (
+        len(reference) >= defaults.SHORT_ID_CHARS and session.id.startswith(reference)
+    )
+
+
+def busy_session_ids(session_ids: Iterable[str]) -> set[str]:
+    """Which of these sessions have a turn queued, running or waiting for an answer."""
+    session_ids = list(session_ids)
+    if not session_ids:
+        return set()
+    rows = (
+        Message.select(Message.session)
+        .where(Message.session.in_(session_ids) & Message.status.in_(OPEN_TURN))
+        .distinct()
+        .tuples()
+    )
+    return {row[0] for row in rows}
+
+
+def is_busy(session: Session) -> bool:
+    return bool(busy_session_ids([session.id]))
+
+
+def background_session_ids(session_ids: Iterable[str]) -> set[str]:
+    """Which of these sessions have a background task running."""
+    session_ids = list(session_ids)
+    if not session_ids:
+        return set()
+    rows = Task.select(Task.session).where(Task.session.in_(session_ids) & (Task.status == "running")).distinct().tuples()
+    return {row[0] for row in rows}
+
+
+def state_of(session: Session, busy: bool, background: bool | None = None) -> str:
+    """`running_turn`, `background_only` (no turn, a task running) or `idle` (SPEC §2)."""
+    if busy:
+        return "running_turn"
+    if background is None:
+        background = bool(background_session_ids([session.id]))
+    return "background_only" if background else "idle"
+
+
+def create(
+    *,
+    title: str,
+    provider: str,
+    model: str | None,
+    effort: str | None,
+    mode: str,
+    cwd: str | None,
+    repo: str | None = None,
+    branch: str | None = None,
+    created_by: Session | None = None,
+) -> Session:
+    """Insert a session row (inside the caller's write transaction)."""
+    now = utcnow()
+    return Session.create(
+        id=ids.session_id(),
+        title=title,
+        provider=provider,
+        model=model,
+        effort=effort,
+        mode=mode,
+        cwd=cwd,
+        repo=repo,
+        branch=branch,
+        created_at=now,
+        last_activity_at=now,
+        created_by_session=created_by.id if created_by else None,
+        created_by_title=created_by.title if created_by else None,
+    )
+
+
+def issue_token(session: Session) -> str:
+    token = ids.new_token("s")
+    AgentToken.create(token_hash=ids.hash_token(token), session=session)
+    return token
+
+
+def session_by_token(token: str) -> Session | None:
+    row = (
+        AgentToken.select(AgentToken, Session)
+        .join(Session)
+        .where((AgentToken.token_hash == ids.hash_token(token)) & (Session.deleted == False))  # noqa: E712
+        .first()
+    )
+    return row.session if row else None
+
+
+def title_from(text: str) -> str:
+    first = next((line.strip() for line in text.splitlines() if line.strip() and not line.startswith("!")), "")
+    first = first or "New session"
+    return first if len(first) <= 60 else first[:59] + "…"
+
+
+def listed_many(rows: list[Session]) -> list[dict[str, Any]]:
+    """Sessions as `list_sessions` shows them."""
+    busy = busy_session_ids(row.id for row in rows)
+    background = background_session_ids(row.id for row in rows)
+    group_fields = groups.fields_for(rows)
+    return [listed(row, row.id in busy, group_fields.get(row.id), row.id in background) for row in rows]
+
+
+def listed(session: Session, busy: bool, group: dict[str, Any] | None, background: bool | None = None) -> dict[str, Any]:
+    """A session as `list_sessions` shows it."""
+    entry: dict[str, Any] = {
+        "id": session.id,
+        "title": session.title,
+        "provider": session.provider,
+        "model": session.model,
+        "state": state_of(session, busy, background),
+        "cwd": session.cwd,
+        "lastActivityAt": iso(session.last_activity_at),
+        "messageCount": session.message_count,
+        "watched": False,
+        "tasks": [],
+    }
+    if group:
+        entry["group"] = group
+    if session.created_by_session:
+        entry["viaAgent"] = session.created_by_title
+    if session.may_create_sessions:
+        entry["mayCreateSessions"] = True
+    if session.archived:
+        entry["archived"] = True
+    return entry
+
+
+def settings_of(session: Session) -> dict[str, Any]:
+    """The settings `update_session` reads and writes."""
+    return {
+        "provider": session.provider,
+        "model": session.model,
+        "effort": session.effort,
+        "mode": session.mode,
+        "title": session.title,
+        "cwd": session.cwd,
+        "group": groups.field_for(session),
+        "thinking_enabled": session.thinking_enabled,
+        "thinking_display": session.thinking_display,
+        # Stored as text: "auto", or a token count shown as the number it is.
+        "auto_compact_window": (
+            int(session.auto_compact_window)
+            if session.auto_compact_window and session.auto_compact_window.isdigit()
+            else session.auto_compact_window
+        ),
+    }
+
+
+def described(session: Session, state: str) -> dict[str, Any]:
+    """A session as `read_session` shows it, in the `state` the caller worked out."""
+    entry = {
+        "id": session.id,
+        "title": session.title,
+        "state": state,
+        "archived": session.archived,
+        "createdAt": iso(session.created_at),
+        "lastActivityAt": iso(session.last_activity_at),
+        "messageCount": session.message_count,
+        "settings": settings_of(session),
+    }
+    if session.created_by_session:
+        entry["viaAgent"] = session.created_by_title
+    if session.may_create_sessions:
+        entry["mayCreateSessions"] = True
+    return entry

@@ -1,0 +1,59 @@
+"""`external` sessions (SPEC §11): an agent process outside the relay attaches with the
+session's agent token, long-polls for its next prompt and posts the reply back.
+
+The turn still runs in an RQ worker like any other (claim, heartbeat, stop, time limit);
+its provider only relays what the attached process posts. Posts travel through a Redis
+list per turn: a post lost with a flushed Redis leaves the turn to its time limit, and the
+process sees the turn is no longer running on its next post.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import redis
+
+from oar.core.db import release_connection
+from oar.core.models import Message, Session
+from oar.core.runtime import Runtime
+
+# How long a turn's undelivered posts are kept in Redis.
+EVENTS_KEEP_SECONDS = 3600
+OPEN = ("running", "waiting_for_answer")
+
+
+def events_key(namespace: str, turn_id: str) -> str:
+    return f"{namespace}:external:{turn_id}"
+
+
+def running_turn(session: Session) -> Message | None:
+    """The session's turn the attached process should work on, if one is running."""
+    if not session.active_turn:
+        return None
+    turn = Message.get_or_none((Message.id == session.active_turn) & Message.status.in_(OPEN))
+    release_connection()
+    return turn
+
+
+def post(runtime: Runtime, turn_id: str, event: dict[str, Any]) -> None:
+    key = events_key(runtime.config.namespace, turn_id)
+    pipe = runtime.redis.pipeline()
+    pipe.rpush(key, json.dumps(event, separators=(",", ":")))
+    pipe.expire(key, EVENTS_KEEP_SECONDS)
+    pipe.execute()
+
+
+def receive(runtime: Runtime, turn_id: str, seconds: float) -> list[dict[str, Any]]:
+    """Posts for the turn, in order; waits up to `seconds` for the first one."""
+    key = events_key(runtime.config.namespace, turn_id)
+    try:
+        first = runtime.redis.blpop([key], timeout=max(seconds, 0.01))
+        if first is None:
+            return []
+        raw = [first[1]]
+        while (more := runtime.redis.lpop(key)) is not None:
+            raw.append(more)
+    except redis.RedisError:
+        return []
+    return [json.loads(item) for item in raw]

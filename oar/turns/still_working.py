@@ -1,0 +1,67 @@
+"""A session that answered but keeps working in the background (SPEC §7).
+
+Such a session reports `done` only once its running tasks have been quiet (no output) for
+`BACKGROUND_QUIET_SECONDS` (10 s), or have ended; until then a waiting call reports
+`running` with the reply so far (`reply`, `firstReply`) and `background {tasks, running}`.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta
+from typing import Any
+
+from oar.core.db import released_connection
+from oar.core.models import Message, Task
+from oar.core.runtime import Runtime
+from oar.core.signals import turn_channel
+from oar.core.timeutil import utcnow
+
+BACKGROUND_NOTE = (
+    "The session answered and is still working in the background; it reports done after "
+    "{seconds:g} s without output. Call wait with this message_id."
+)
+
+
+def quiet_at(answered_at: datetime, last_outputs: list[datetime], quiet_seconds: float) -> datetime:
+    """When the session counts as done: `quiet_seconds` after the answer and the last output."""
+    return max([answered_at, *last_outputs]) + timedelta(seconds=quiet_seconds)
+
+
+def still_working(runtime: Runtime, turn: Message, seconds: float) -> list[Task]:
+    """Wait up to `seconds` for the session's tasks to go quiet or end; the tasks still working.
+
+    Wakes when a task started by this turn ends (its end signals the turn) and at the moment
+    the tasks would have been quiet long enough; holds no database connection meanwhile.
+    """
+    quiet_seconds = runtime.time("BACKGROUND_QUIET_SECONDS")
+    deadline = time.monotonic() + seconds
+    with runtime.hub.watch(turn_channel(runtime.config.namespace, turn.id)) as woken:
+        while True:
+            woken.clear()
+            running = list(Task.select().where((Task.session == turn.session_id) & (Task.status == "running")))
+            if not running:
+                return []
+            done_at = quiet_at(turn.completed_at, [t.last_output_at or t.started_at for t in running], quiet_seconds)
+            now = utcnow()
+            remaining = deadline - time.monotonic()
+            if now >= done_at:
+                return []
+            if remaining <= 0:
+                return running
+            with released_connection():
+                woken.wait(min(remaining, (done_at - now).total_seconds()))
+
+
+def report(entry: dict[str, Any], running: list[Task], quiet_seconds: float) -> dict[str, Any]:
+    """A `done` result turned into `running` with the reply and what works in the background."""
+    return {
+        **entry,
+        "status": "running",
+        "firstReply": entry["reply"],
+        "background": {
+            "tasks": [{"taskId": t.id, "description": t.description, "status": t.status} for t in running],
+            "running": len(running),
+        },
+        "note": BACKGROUND_NOTE.format(seconds=quiet_seconds),
+    }

@@ -1,0 +1,252 @@
+"""Turns: queueing prompts, waiting for replies, stopping, and how a turn is reported.
+
+A turn is one prompt message and its reply. The prompt row carries the turn's status
+(`queued → running → done | failed | stopped`, or `cancelled`); turns run only in RQ
+workers (`oar.runner`), one at a time per session, in the order they were queued.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from oar.approvals import questions
+from oar.core import defaults, ids
+from oar.core.db import released_connection
+from oar.core.models import Message, Session
+from oar.core.runtime import Runtime
+from oar.core.signals import publish, stop_channel, turn_channel
+from oar.core.timeutil import iso, utcnow
+
+log = logging.getLogger(__name__)
+
+# Statuses at which a waiting call returns.
+SETTLED = ("done", "failed", "stopped", "cancelled", "waiting_for_answer")
+FINISHED = ("done", "failed", "stopped", "cancelled")
+NOT_FINISHED_NOTE = "Not finished yet. Call wait with this message_id."
+
+RUN_TURNS_JOB = "workers.turns.run_turns"
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a prompt came from (SPEC §2): the badge and the hop count it carries."""
+
+    kind: str = "user"  # user | agent | schedule | event
+    relay: str | None = None
+    session: str | None = None
+    session_title: str | None = None
+    model: str | None = None
+    hops: int = 0
+    acts_for_user: bool = False
+
+
+def insert_prompt(
+    session: Session,
+    text: str,
+    provenance: Provenance,
+    *,
+    role: str = "user",
+    mode: str | None = None,
+    model: str | None = None,
+    effort: str | None = None,
+) -> Message:
+    """Queue a prompt (inside the caller's write transaction); `start_turns` after commit."""
+    now = utcnow()
+    message = Message.create(
+        id=ids.message_id(),
+        session=session,
+        role=role,
+        text=text,
+        created_at=now,
+        from_kind=provenance.kind,
+        from_relay=provenance.relay,
+        from_session=provenance.session,
+        from_session_title=provenance.session_title,
+        from_model=provenance.model,
+        hops=provenance.hops,
+        acts_for_user=provenance.acts_for_user,
+        status="queued",
+        mode=mode or session.mode,
+        model=model or session.model,
+        effort=effort or session.effort,
+    )
+    Session.update(
+        message_count=Session.message_count + 1, last_activity_at=now
+    ).where(Session.id == session.id).execute()
+    return message
+
+
+def start_turns(runtime: Runtime, session_id: str) -> None:
+    """Ask a worker to run the session's queued turns (after the prompt is committed).
+
+    If Redis is unreachable the prompt stays queued in the database and the clock's
+    reconciler enqueues it when Redis is back.
+    """
+    try:
+        runtime.queue.enqueue(
+            RUN_TURNS_JOB,
+            session_id,
+            job_timeout=-1,  # a turn's own limit is max_turn_seconds, enforced by the runner
+            result_ttl=0,
+            failure_ttl=86_400,
+        )
+    except Exception as error:  # noqa: BLE001 - any Redis failure leaves it to the reconciler
+        log.warning("turn for session %s not enqueued yet: %s", session_id, error)
+
+
+def badge(message: Message) -> dict[str, Any] | None:
+    """The provenance shown with a prompt: `↗ from <relay> · <session> · <model>`."""
+    if message.from_kind == "user" or message.role == "assistant":
+        return None
+    entry: dict[str, Any] = {"kind": message.from_kind, "hops": message.hops}
+    if message.from_kind == "agent":
+        parts = [message.from_relay or "this relay", message.from_session_title or ids.short(message.from_session or "")]
+        if message.from_model:
+            parts.append(message.from_model)
+        entry.update(
+            relay=message.from_relay,
+            session=message.from_session,
+            title=message.from_session_title,
+            model=message.from_model,
+            actsForUser=message.acts_for_user,
+            badge="↗ from " + " · ".join(parts),
+        )
+    return entry
+
+
+def clip_reply(text: str, limit: int = defaults.MAX_REPLY_CHARS) -> tuple[str, bool]:
+    """Replies longer than `limit` keep their head and tail (SPEC §7)."""
+    if len(text) <= limit:
+        return text, False
+    half = limit // 2
+    clipped = len(text) - 2 * half
+    return f"{text[:half]}\n…[{clipped} characters clipped]…\n{text[-half:]}", True
+
+
+def progress(message: Message) -> dict[str, Any]:
+    session = Session.get_by_id(message.session_id)
+    if message.status == "running":
+        status = "running"
+    elif session.active_turn and session.active_turn != message.id:
+        status = "waiting_behind_turn"
+    else:
+        status = "queued"
+    entry: dict[str, Any] = {"status": status}
+    if status == "waiting_behind_turn":
+        entry["turnMessageId"] = session.active_turn
+    else:
+        entry["turnMessageId"] = message.id
+    if message.started_at:
+        entry["startedAt"] = iso(message.started_at)
+    if message.status == "running":
+        entry["text"] = (message.partial_text or "")[-defaults.PROGRESS_TEXT_CHARS :]
+        entry["activities"] = (message.activities or [])[-defaults.PROGRESS_ACTIVITIES :]
+    return entry
+
+
+def result(runtime: Runtime, message: Message) -> dict[str, Any]:
+    """What send / create_session / wait report about a turn (SPEC §7)."""
+    entry: dict[str, Any] = {
+        "status": message.status,
+        "session": message.session_id,
+        "message_id": message.id,
+        "openUrl": runtime.open_url(message.session_id),
+    }
+    if message.status in ("queued", "running"):
+        entry["progress"] = progress(message)
+    elif message.status == "done":
+        reply = Message.get_or_none(Message.id == message.reply_id) if message.reply_id else None
+        text, truncated = clip_reply(reply.text if reply else "")
+        entry["reply"] = {"text": text, "model": message.model, "messageId": message.reply_id}
+        if truncated:
+            entry["reply"]["truncated"] = True
+        if message.output_truncated:  # cut at the output budget even after a continuation (SPEC §11)
+            entry["reply"]["outputTruncated"] = True
+    elif message.status == "failed":
+        entry["error"] = message.error
+    elif message.status == "stopped":
+        entry["note"] = "The turn was stopped before it finished."
+        if message.partial_text:
+            entry["partialText"] = clip_reply(message.partial_text)[0]
+    elif message.status == "cancelled":
+        entry["note"] = "This message will never be answered: " + (message.error or "it was cancelled.")
+    elif message.status == "waiting_for_answer":
+        entry["pendingQuestions"] = questions.pending_of_turn(message.id)
+    return entry
+
+
+def summary_status(entry: dict[str, Any]) -> str:
+    status = entry["status"]
+    if status == "done":
+        first_line = (entry["reply"]["text"] or "").splitlines()[0:1]
+        excerpt = first_line[0][:60] if first_line else ""
+        return f'done "{excerpt}"'
+    if status == "failed":
+        return f"failed: {(entry.get('error') or '')[:80]}"
+    return status
+
+
+def is_settled(message: Message) -> bool:
+    """Whether a waiting call returns now: the turn ended, or it waits on a question card
+    (unless a stop is on its way, which ends it in a moment)."""
+    if message.status == "waiting_for_answer":
+        return not message.stop_requested
+    return message.status in SETTLED
+
+
+def wait_for(runtime: Runtime, message_id: str, seconds: float) -> Message:
+    """Wait up to `seconds` for the turn to settle; returns the prompt as it is then.
+
+    Wakes on the turn's Redis signal; holds no database connection while it sleeps.
+    """
+    deadline = time.monotonic() + seconds
+    recheck = runtime.time("WAIT_RECHECK_SECONDS")
+    with runtime.hub.watch(turn_channel(runtime.config.namespace, message_id)) as woken:
+        while True:
+            woken.clear()
+            message = Message.get(Message.id == message_id)
+            remaining = deadline - time.monotonic()
+            if is_settled(message) or remaining <= 0:
+                return message
+            with released_connection():
+                woken.wait(min(remaining, recheck))
+
+
+def request_stop(session: Session) -> str:
+    """Ask the running turn to stop; `stop-queued | no-active-turn | already-requested`."""
+    if not session.active_turn:
+        return "no-active-turn"
+    changed = (
+        Message.update(stop_requested=True)
+        .where(
+            (Message.id == session.active_turn)
+            & (Message.status.in_(("running", "waiting_for_answer")))
+            & (Message.stop_requested == False)  # noqa: E712
+        )
+        .execute()
+    )
+    if changed:
+        return "stop-queued"
+    message = Message.get_or_none(Message.id == session.active_turn)
+    if message is not None and message.stop_requested and message.status in ("running", "waiting_for_answer"):
+        return "already-requested"
+    return "no-active-turn"
+
+
+def signal_stop(runtime: Runtime, message_id: str) -> None:
+    publish(runtime.redis, stop_channel(runtime.config.namespace, message_id))
+
+
+def cancel_queued(session: Session, reason: str) -> list[str]:
+    """Mark every queued prompt of the session cancelled; returns their ids."""
+    queued = [
+        row.id for row in Message.select(Message.id).where((Message.session == session) & (Message.status == "queued"))
+    ]
+    if queued:
+        Message.update(status="cancelled", error=reason, completed_at=utcnow()).where(
+            Message.id.in_(queued) & (Message.status == "queued")
+        ).execute()
+    return queued
