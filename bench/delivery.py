@@ -39,7 +39,7 @@ import requests
 
 from bench import report, seed, stack
 from bench.owner import Owner
-from oar.core import events, ids
+from oar.core import events, ids, jobs
 from oar.core.config import Config, from_environment
 from oar.core.db import database, open_database, write_transaction
 from oar.core.models import HeldEvent, Message, Session, Setting
@@ -95,9 +95,9 @@ def insert_events(session_ids: Sequence[str], count: int, rng: random.Random, ru
             first = first or event.seq
             last = event.seq
             if runtime is not None and (number + 1) % POKE_EVERY == 0:
-                subscriptions.poke(runtime)
+                jobs.poke_delivery(runtime)
         if runtime is not None:
-            subscriptions.poke(runtime)
+            jobs.poke_delivery(runtime)
     return first, last, time.monotonic() - started
 
 

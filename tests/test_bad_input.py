@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 
-from oar.actions.registry import load_actions
+from oar.actions.catalog import load_actions
 from oar.core.db import database
 from oar.core.models import MODELS
 from tests.conftest import Agent, Relay

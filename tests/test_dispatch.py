@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from oar.actions.registry import load_actions
+from oar.actions.catalog import load_actions
 from tests.conftest import Agent, Relay
 
 

@@ -22,8 +22,9 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oar.actions.registry import Param, load_actions
+from oar.actions.catalog import load_actions
 from oar.core.errors import STATUS_BY_CODE
+from oar.core.fields import Param
 from tests.conftest import Agent, Relay
 
 ACTIONS = load_actions()

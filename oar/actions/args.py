@@ -1,28 +1,12 @@
-"""Checking an action's arguments before anything changes (SPEC §3).
-
-Empty values count as absent because some providers send every field: for arguments the
-action takes, `null`, `""`, `[]` and `{}` mean "not given" (and `false` too, except for
-boolean arguments, where it is a real value); arguments it does not take are ignored
-silently when empty, listed in `ignored` otherwise, or rejected by strict actions.
-"""
+"""Checking an action's arguments before anything changes (SPEC §3)."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from oar.actions.registry import ActionSpec, Param
-from oar.core import defaults
+from oar.actions.registry import ActionSpec
 from oar.core.errors import invalid
-
-
-def is_empty(value: Any) -> bool:
-    return value is None or value is False or _blank(value) or value == [] or value == {}
-
-
-def _blank(value: Any) -> bool:
-    """Text with nothing but white space counts as not given, like the empty string."""
-    return isinstance(value, str) and not value.strip()
+from oar.core.fields import check_fields, is_empty
 
 
 def check_arguments(spec: ActionSpec, payload: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -36,100 +20,3 @@ def check_arguments(spec: ActionSpec, payload: dict[str, Any]) -> tuple[dict[str
             f"{spec.name} needs at least one setting: {', '.join(spec.needs_one_of)}. {spec.nothing}".strip()
         )
     return args, ignored
-
-
-def unstorable_text(value: Any) -> bool:
-    """Whether a JSON value holds text no database can store: a NUL character or a lone surrogate."""
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return True
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return True
-        elif isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-    return False
-
-
-def check_fields(
-    name: str, params: dict[str, Param], payload: dict[str, Any], *, strict: bool, nothing: str
-) -> tuple[dict[str, Any], list[str]]:
-    """The same checks for any JSON object with declared fields (actions, owner API bodies)."""
-    raw = {key: value for key, value in payload.items() if key != "action"}
-    unknown = [key for key, value in raw.items() if key not in params and not is_empty(value)]
-    if unknown and strict:
-        raise invalid(f"{name} does not take: {', '.join(unknown)}. Its arguments: {', '.join(params)}. {nothing}".strip())
-    args: dict[str, Any] = {}
-    for field_name, param in params.items():
-        value = raw.get(field_name)
-        if value is None or (value is False and param.kind != "bool") or _blank(value) or value in ([], {}):
-            if param.required:
-                raise invalid(f"{name} needs {field_name}{_hint(param)}. {nothing}".strip())
-            continue
-        args[field_name] = _checked(name, nothing, field_name, param, value)
-    return args, unknown[: defaults.IGNORED_ARGUMENTS_LISTED]
-
-
-def _hint(param: Param) -> str:
-    return f" ({param.description})" if param.description else ""
-
-
-def _checked(action: str, nothing: str, name: str, param: Param, value: Any) -> Any:
-    def refuse(expected: str) -> Exception:
-        shown = repr(value)[:80] if not isinstance(value, str) else f'"{value[:80]}"'
-        return invalid(f"{action}: {name} must be {expected}; got {shown}. {nothing}".strip())
-
-    if param.kind == "str":
-        if not isinstance(value, str):
-            raise refuse("text")
-        if param.max_length is not None and len(value) > param.max_length:
-            raise invalid(
-                f"{action}: {name} is {len(value):,} characters; the limit is {param.max_length:,}. {nothing}".strip()
-            )
-        if param.choices:
-            lowered = value.strip().lower()
-            if lowered not in param.choices:
-                raise refuse("one of " + ", ".join(f'"{c}"' for c in param.choices))
-            return lowered
-        return value
-    if param.kind == "int":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
-            isinstance(value, float) and (not math.isfinite(value) or not value.is_integer())
-        ):
-            raise refuse(_range_text(param))
-        number = int(value)
-        if (param.minimum is not None and number < param.minimum) or (
-            param.maximum is not None and number > param.maximum
-        ):
-            raise refuse(_range_text(param))
-        return number
-    if param.kind == "bool":
-        if not isinstance(value, bool):
-            raise refuse("true or false")
-        return value
-    if param.kind == "list":
-        if not isinstance(value, list):
-            raise refuse("a list")
-        return value
-    if param.kind == "any":
-        return value
-    if param.kind == "object":
-        if not isinstance(value, dict):
-            raise refuse("an object")
-        return value
-    raise AssertionError(f"unknown parameter kind {param.kind}")
-
-
-def _range_text(param: Param) -> str:
-    if param.minimum is not None and param.maximum is not None:
-        return f"a whole number from {param.minimum:,} to {param.maximum:,}"
-    if param.minimum is not None:
-        return f"a whole number of at least {param.minimum:,}"
-    return "a whole number"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from oar.actions.registry import Param
 from oar.core import defaults
+from oar.core.fields import Param
 
 RELAY = Param("str", max_length=200, description='"this" or a relay\'s name from list_relays')
 SESSION = Param("str", required=True, max_length=64, description="a session id from list_sessions")

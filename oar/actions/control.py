@@ -6,15 +6,17 @@ from typing import Any
 
 from oar import lifecycle, providers
 from oar.actions.common import CWD, EFFORT, GROUP, MODE, MODEL, RELAY, SESSION, TITLE
-from oar.actions.dispatch import CallContext
+from oar.actions.context import CallContext
 from oar.actions.prompts import check_effort, provider_unavailable
-from oar.actions.registry import Param, action
+from oar.actions.registry import action
 from oar.approvals import cards
 from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid
+from oar.core.fields import Param
 from oar.core.models import Session
 from oar.providers.modelcheck import check_model
 from oar.sessions import groups, sessions
+from oar.sessions import state as session_state
 from oar.sessions.folders import check_folder
 from oar.turns import turns
 
@@ -85,7 +87,7 @@ def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             raise invalid(f"{provider.name} works in repositories; a session there has no folder. {UPDATE_NOTHING}")
         folder = check_folder(args["cwd"], ctx.settings["allowed_roots"], UPDATE_NOTHING)
         if folder != target.cwd:
-            if sessions.is_busy(target):
+            if session_state.is_busy(target):
                 raise ActionError(
                     "REMOTE_RELAY_BUSY",
                     f"The session cannot move to another folder now: a turn is queued or running in session "

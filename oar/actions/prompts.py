@@ -9,12 +9,13 @@ from typing import Any
 
 from oar import providers
 from oar.actions.common import CWD, EFFORT, GROUP, MODE, MODEL, PROVIDER, RELAY, SESSION, TEXT, TITLE, WAIT_SECONDS
-from oar.actions.dispatch import CallContext
-from oar.actions.registry import Param, action
+from oar.actions.context import CallContext
+from oar.actions.registry import action
 from oar.approvals import cards
 from oar.core import defaults
 from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid, not_found
+from oar.core.fields import Param
 from oar.core.models import Message, Session
 from oar.core.settings import default_cwd
 from oar.core.timeutil import utcnow
@@ -22,6 +23,7 @@ from oar.providers import billing
 from oar.providers.base import Provider
 from oar.providers.modelcheck import check_model
 from oar.sessions import groups, rules, sessions
+from oar.sessions import state as session_state
 from oar.sessions.folders import check_folder
 from oar.turns import still_working as background
 from oar.turns import turns
@@ -108,7 +110,7 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     target = sessions.resolve(args["session"], ctx.relay_name, nothing)
     if target.archived:
         raise not_found(f"Session {target.id[:8]} is archived. {nothing}")
-    busy = sessions.is_busy(target)
+    busy = session_state.is_busy(target)
     if target.created_by_session == ctx.caller.id and not busy:
         rules.check_active_limit(ctx.caller, nothing)
     provider = providers.get(target.provider)
@@ -129,7 +131,7 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     effort = check_effort(args["effort"], provider, ctx.relay_name, nothing) if args.get("effort") else target.effort
     if busy and args.get("if_busy") == "fail":
         active = Message.select().where(
-            (Message.session == target.id) & Message.status.in_(sessions.OPEN_TURN)
+            (Message.session == target.id) & Message.status.in_(session_state.OPEN_TURN)
         ).order_by(Message.seq).first()
         raise ActionError(
             "REMOTE_RELAY_BUSY",

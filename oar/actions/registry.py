@@ -4,27 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from oar.actions.dispatch import CallContext
+from oar.actions.context import CallContext
+from oar.core.fields import Param
 
-Handler = Callable[["CallContext", dict[str, Any]], dict[str, Any]]
+Handler = Callable[[CallContext, dict[str, Any]], dict[str, Any]]
 
 LEVELS = ("read", "prompt", "full")
-
-
-@dataclass(frozen=True)
-class Param:
-    """One argument: its type, whether it is required, and its allowed values."""
-
-    kind: str  # str | int | bool | list | object | any
-    required: bool = False
-    choices: tuple[str, ...] = ()
-    minimum: int | None = None
-    maximum: int | None = None
-    max_length: int | None = None
-    description: str = ""
 
 
 @dataclass(frozen=True)
@@ -78,10 +65,3 @@ def action(
         return handler
 
     return register
-
-
-def load_actions() -> dict[str, ActionSpec]:
-    """Import every action module so that their `@action` decorators have run."""
-    from oar.actions import control, prompts, questions, relays, schedules, sessions, subscriptions, tasks  # noqa: F401
-
-    return ACTIONS

@@ -9,7 +9,7 @@ from peewee import fn
 
 from oar import __version__, providers
 from oar.actions.common import RELAY
-from oar.actions.dispatch import CallContext
+from oar.actions.context import CallContext
 from oar.actions.registry import action
 from oar.core import defaults
 from oar.core.models import Session

@@ -11,12 +11,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from oar.actions.common import RELAY, TITLE
-from oar.actions.dispatch import CallContext
-from oar.actions.registry import Param, action
+from oar.actions.context import CallContext
+from oar.actions.registry import action
 from oar.approvals import cards
 from oar.core import defaults
 from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid, not_found
+from oar.core.fields import Param
 from oar.core.models import Schedule, Session
 from oar.core.timeutil import utcnow
 from oar.schedules import schedule_grid, schedules

@@ -9,15 +9,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from oar.actions.common import RELAY, SESSION
-from oar.actions.dispatch import CallContext
-from oar.actions.registry import Param, action
+from oar.actions.context import CallContext
+from oar.actions.registry import action
 from oar.approvals import questions
 from oar.background import tasks
 from oar.core import defaults
 from oar.core.errors import invalid, not_found
+from oar.core.fields import Param
 from oar.core.models import Message, Session
 from oar.core.timeutil import iso
 from oar.sessions import groups, sessions
+from oar.sessions import state as session_state
 from oar.turns.turns import badge, clip_reply
 
 SCOPES = ("active", "recent", "all", "archived")
@@ -53,7 +55,7 @@ def list_sessions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     scope = args.get("scope", "recent")
     limit = args.get("limit", defaults.LIST_SESSIONS_DEFAULT)
     query = Session.select().where(Session.deleted == False)  # noqa: E712
-    busy = Message.select(Message.session).where(Message.status.in_(sessions.OPEN_TURN))
+    busy = Message.select(Message.session).where(Message.status.in_(session_state.OPEN_TURN))
     if scope == "archived":
         query = query.where(Session.archived == True)  # noqa: E712
     elif scope != "all":
@@ -123,7 +125,7 @@ def read_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     messages.reverse()
     shown_tasks = tasks.shown_for(ctx.runtime, [session.id], ctx.now).get(session.id, [])
     background = any(task["status"] == "running" for task in shown_tasks)
-    state = sessions.state_of(session, sessions.is_busy(session), background)
+    state = session_state.state_of(session, session_state.is_busy(session), background)
     result: dict[str, Any] = {
         "summary": f"read_session → {ctx.relay_name} session {session.id[:8]}: {len(messages)} messages, {state}",
         "session": sessions.described(session, state),

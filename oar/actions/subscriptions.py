@@ -9,11 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from oar.actions.common import RELAY
-from oar.actions.dispatch import CallContext
-from oar.actions.registry import Param, action
+from oar.actions.context import CallContext
+from oar.actions.registry import action
 from oar.approvals import cards
 from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid, not_found
+from oar.core.fields import Param
 from oar.core.models import Session, Subscription
 from oar.sessions import sessions
 from oar.watching import delivery, subscriptions

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from oar.core import defaults, ids
 from oar.core.db import release_connection, write_transaction
@@ -25,9 +25,6 @@ from oar.core.models import Approval, Card, Message, Session
 from oar.core.runtime import Runtime
 from oar.core.signals import publish, turn_channel
 from oar.core.timeutil import iso, utcnow
-
-if TYPE_CHECKING:
-    from oar.actions.dispatch import CallContext
 
 # The Allows remembered per conversation and relay.
 REMEMBERED = ("create_sessions", "watch_sessions", "change_other_sessions")
@@ -40,6 +37,19 @@ EXCERPT_CHARS = 200
 
 def card_channel(namespace: str, card_id: str) -> str:
     return f"{namespace}:wake:card:{card_id}"
+
+
+class Asker(Protocol):
+    """Who asks for a card: the calling conversation and, when known, the turn making the call."""
+
+    @property
+    def runtime(self) -> Runtime: ...
+    @property
+    def caller(self) -> Session: ...
+    @property
+    def turn(self) -> Message | None: ...
+    @property
+    def relay_name(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -82,7 +92,7 @@ def reasons_for(caller: Session, request: Request, approved: set[str]) -> list[s
     return sorted(reasons, key=PRIORITY.index)
 
 
-def approve(ctx: CallContext, request: Request) -> None:
+def approve(ctx: Asker, request: Request) -> None:
     """Return when the call may go on: at once when it needs no card, else on the owner's Allow."""
     caller = Session.get_by_id(ctx.caller.id)  # the loop count may have moved since the call began
     reasons = reasons_for(caller, request, approved(caller.id, "this"))
@@ -103,7 +113,7 @@ def approve(ctx: CallContext, request: Request) -> None:
     raise _refusal(card, outcome, request)
 
 
-def live_turn(ctx: CallContext) -> Message | None:
+def live_turn(ctx: Asker) -> Message | None:
     """The caller's turn a card can be shown in: the one making the call, else any running."""
     if ctx.turn is not None:
         return ctx.turn
@@ -134,7 +144,7 @@ def _grant(session_id: str, relay: str, kinds: set[str] | list[str], card_id: st
         Approval.insert_many(rows).on_conflict_ignore().execute()
 
 
-def _create(ctx: CallContext, caller: Session, turn: Message, request: Request, reasons: list[str]) -> Card:
+def _create(ctx: Asker, caller: Session, turn: Message, request: Request, reasons: list[str]) -> Card:
     now = utcnow()
     lines = [line for line in (_settings_line(request), *request.lines) if line]
     lines += [_also(reason) for reason in reasons[1:]]
@@ -209,10 +219,6 @@ def decide(runtime: Runtime, card_id: str, decision: str) -> dict[str, Any]:
         current = Card.get_by_id(card.id).status
         raise invalid(f"Card {card.id} is {current}, not pending. {nothing}")
     publish(runtime.redis, card_channel(runtime.config.namespace, card.id))
-    if status == "allowed" and "loop" in card.reasons:
-        from oar.schedules import schedules  # firings held by loop protection go out now (SPEC §9)
-
-        schedules.release_held(runtime, card.session_id, now)
     return shape(Card.get_by_id(card.id))
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import peewee as pw
 
-from oar.core import events, ids
+from oar.core import events, ids, jobs
 from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid, not_found
 from oar.core.models import Message, Question, Session
@@ -156,9 +156,8 @@ def settle(
     if not changed:
         return False
     publish(runtime.redis, question_channel(runtime.config.namespace, question.id))
-    from oar.watching import subscriptions  # the delivery engine builds on questions
 
-    subscriptions.poke(runtime)
+    jobs.poke_delivery(runtime)
     return True
 
 

@@ -39,7 +39,7 @@ from typing import Any
 import redis
 
 from oar.background import task_output
-from oar.core import events, settings
+from oar.core import events, jobs, settings
 from oar.core.db import release_connection, write_transaction
 from oar.core.errors import ActionError, invalid, not_found
 from oar.core.models import Message, Session, Task
@@ -49,7 +49,6 @@ from oar.core.timeutil import iso, utcnow
 
 log = logging.getLogger(__name__)
 
-RUN_TASK_JOB = "workers.tasks.run_task"
 TYPES = ("local_bash", "monitor", "subagent")
 ENDED = ("completed", "failed", "killed")
 MAX_COMMAND_CHARS = 10_000
@@ -191,7 +190,7 @@ def end_reported(runtime: Runtime, task_id: str, status: str, note: str | None =
 def enqueue(runtime: Runtime, task_id: str) -> None:
     """Ask a worker to run the task; if Redis is down the reconciler enqueues it later."""
     try:
-        runtime.queue.enqueue(RUN_TASK_JOB, task_id, job_timeout=-1, result_ttl=0, failure_ttl=86_400)
+        runtime.queue.enqueue(jobs.RUN_TASK, task_id, job_timeout=-1, result_ttl=0, failure_ttl=86_400)
     except Exception as error:  # noqa: BLE001 - any Redis failure leaves it to the reconciler
         log.warning("task %s not enqueued yet: %s", task_id, error)
 
@@ -491,15 +490,6 @@ def readable_until(task: Task, runtime: Runtime) -> datetime | None:
 def is_readable(task: Task, runtime: Runtime, now: datetime) -> bool:
     until = readable_until(task, runtime)
     return until is None or now < until
-
-
-def running_session_ids(session_ids: Iterable[str]) -> set[str]:
-    """Which of these sessions have a task running (their state is at least background_only)."""
-    session_ids = list(session_ids)
-    if not session_ids:
-        return set()
-    rows = Task.select(Task.session).where(Task.session.in_(session_ids) & (Task.status == "running")).distinct().tuples()
-    return {row[0] for row in rows}
 
 
 def shown_for(runtime: Runtime, session_ids: Iterable[str], now: datetime) -> dict[str, list[dict[str, Any]]]:

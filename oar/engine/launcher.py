@@ -19,8 +19,9 @@ from pathlib import Path
 
 import requests
 
+from oar.core import settings
 from oar.core.config import from_environment
-from oar.core.db import open_database
+from oar.core.db import database, open_database
 from oar.owner.bootstrap import ensure_owner_token, migrate
 
 log = logging.getLogger("oar.launcher")
@@ -58,9 +59,6 @@ def main() -> int:
     children = {name: start(name) for name in commands}
     try:
         if _wait_until_healthy(config.host, config.port, stopping):
-            from oar.core import settings
-            from oar.core.db import database
-
             with database.connection_context():
                 name = settings.load(config)["relay_name"]
             print(f'OAR relay "{name}" listening on http://{config.host}:{config.port}', flush=True)

@@ -19,8 +19,11 @@ from typing import Any
 import redis
 
 from oar import providers
+from oar.actions.context import CallContext
+from oar.actions.dispatch import dispatch
 from oar.approvals import cards, questions
-from oar.core import events, ids
+from oar.background import tasks
+from oar.core import events, ids, jobs
 from oar.core.db import database, lock_rows, release_connection, write_transaction
 from oar.core.models import Message, Question, Session
 from oar.core.runtime import Runtime
@@ -40,7 +43,6 @@ from oar.providers.base import (
     Usage,
 )
 from oar.turns import external
-from oar.watching import subscriptions
 
 log = logging.getLogger(__name__)
 
@@ -313,7 +315,7 @@ def finish(runtime: Runtime, turn: Message, status: str, text: str, error: str |
         ).where((Session.id == turn.session_id) & (Session.active_turn == turn.id)).execute()
     runtime.signal_turn(turn.id)
     if settled:
-        subscriptions.poke(runtime)
+        jobs.poke_delivery(runtime)
     return bool(settled)
 
 
@@ -345,7 +347,7 @@ def ask_user(
         ).execute()
         events.record(turn.session_id, "question_asked", {"questionId": card.id, "question": question}, utcnow())
     runtime.signal_turn(turn.id)  # waiting callers return with pendingQuestions
-    subscriptions.poke(runtime)
+    jobs.poke_delivery(runtime)
     release_connection()
     watcher.pause()
     answer = None
@@ -385,8 +387,6 @@ def _wait_for_answer(runtime: Runtime, question_id: str, control: TurnControl) -
 
 def start_task(runtime: Runtime, session_id: str, turn_id: str, command: str) -> str:
     """A background task the turn starts; it runs in its own job and outlives the turn."""
-    from oar.background import tasks
-
     try:
         return tasks.start(runtime, Session.get_by_id(session_id), command, turn_id=turn_id).id
     finally:
@@ -395,8 +395,6 @@ def start_task(runtime: Runtime, session_id: str, turn_id: str, command: str) ->
 
 def record_reported_task(runtime: Runtime, session_id: str, turn_id: str, reported: TaskReported) -> str:
     """A background task the agent runs itself, recorded (never run) as one of the session's tasks."""
-    from oar.background import tasks
-
     try:
         return tasks.record_reported(
             runtime, session_id, turn_id, description=reported.description, type=reported.type,
@@ -407,8 +405,6 @@ def record_reported_task(runtime: Runtime, session_id: str, turn_id: str, report
 
 
 def end_reported_task(runtime: Runtime, task_id: str, ended: TaskEnded) -> None:
-    from oar.background import tasks
-
     try:
         tasks.end_reported(runtime, task_id, ended.status, ended.note)
     finally:
@@ -418,8 +414,6 @@ def end_reported_task(runtime: Runtime, task_id: str, ended: TaskEnded) -> None:
 def end_leftover_tasks(runtime: Runtime, task_ids: list[str]) -> None:
     """The records of tasks the agent reported and did not end, end with its turn: the relay
     can follow an agent's own task only through that turn (ended ones stay as they are)."""
-    from oar.background import tasks
-
     try:
         for task_id in task_ids:
             tasks.finish(runtime, task_id, "killed", None, tasks.AGENT_GONE_TEXT)
@@ -473,8 +467,6 @@ def history_of(session_id: str, before_seq: int) -> list[dict[str, str]]:
 
 def call_relay_tool_as(runtime: Runtime, session_id: str, turn_id: str, payload: dict[str, Any]) -> dict[str, Any]:
     """`relay_tool` called by the session's own agent during this turn."""
-    from oar.actions.dispatch import CallContext, dispatch
-
     caller = Session.get_by_id(session_id)
     turn = Message.get(Message.id == turn_id)
     _status, body = dispatch(CallContext(runtime=runtime, caller=caller, turn=turn, via="provider"), payload)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
+from oar.core.errors import ActionError
 from oar.providers.base import (
     Activity,
     Provider,
@@ -106,8 +107,6 @@ def _ask(argument: str, control: TurnControl) -> Iterator[TurnEvent]:
 
 
 def _task(argument: str, control: TurnControl) -> Iterator[TurnEvent]:
-    from oar.core.errors import ActionError
-
     try:
         task_id = control.start_task(argument)
     except ActionError as error:

@@ -10,10 +10,9 @@ import re
 from typing import Any
 from urllib.parse import urlparse
 
-from oar.actions.args import check_fields
-from oar.actions.registry import Param
 from oar.core.db import write_transaction
 from oar.core.errors import invalid
+from oar.core.fields import Param, check_fields
 from oar.core.models import Provider as ProviderRow
 from oar.providers import PROVIDER_KINDS, note_reachable
 from oar.providers.discovery import DISCOVERABLE_KINDS, discover_models

@@ -21,19 +21,18 @@ from typing import Any
 
 import redis
 
-from oar.core import defaults, ids
+from oar.core import defaults, ids, jobs
 from oar.core.db import released_connection, write_transaction
 from oar.core.models import Message, Schedule, Session
 from oar.core.runtime import Runtime
 from oar.core.timeutil import iso
 from oar.schedules.schedule_grid import Timing, next_due
 from oar.sessions import rules
-from oar.sessions.sessions import OPEN_TURN
+from oar.sessions.state import OPEN_TURN
 from oar.turns import automated, turns
 
 log = logging.getLogger(__name__)
 
-FIRE_JOB = "workers.schedules.fire"
 # A job started at most this early waits for its due time in its thread; earlier, it
 # re-enqueues itself (RQ's scheduler keeps whole seconds and polls once a second).
 EARLY_WAIT_SECONDS = 2.0
@@ -77,7 +76,7 @@ def enqueue_firing(runtime: Runtime, schedule_id: str, due_at: datetime) -> None
     job_id = f"{schedule_id}-{int(due_at.replace(tzinfo=UTC).timestamp() * 1000)}"
     try:
         runtime.queue.enqueue_at(
-            due_at.replace(tzinfo=UTC), FIRE_JOB, schedule_id, job_id=job_id, result_ttl=0, failure_ttl=86_400
+            due_at.replace(tzinfo=UTC), jobs.FIRE_SCHEDULE, schedule_id, job_id=job_id, result_ttl=0, failure_ttl=86_400
         )
     except redis.RedisError as error:
         log.warning("schedule %s not enqueued (the sweeper will fire it): %s", schedule_id, error)

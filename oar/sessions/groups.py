@@ -14,6 +14,7 @@ import peewee as pw
 from oar.core import defaults, ids
 from oar.core.errors import ActionError
 from oar.core.models import Group, Session
+from oar.sessions.state import busy_session_ids, state_of
 
 
 def live_members(group: Group) -> pw.ModelSelect:
@@ -59,8 +60,6 @@ def with_members(session: Session, limit: int = defaults.GROUP_MEMBERS_IN_READ) 
     if field is None:
         return None
     group = Group.get_by_id(field["id"])
-    from oar.sessions.sessions import busy_session_ids, state_of  # sessions imports groups
-
     others = list(
         live_members(group).where(Session.id != session.id).order_by(Session.created_at).limit(limit)
     )

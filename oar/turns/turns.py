@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oar.approvals import questions
-from oar.core import defaults, ids
+from oar.core import defaults, ids, jobs
 from oar.core.db import released_connection
 from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
@@ -27,7 +27,6 @@ SETTLED = ("done", "failed", "stopped", "cancelled", "waiting_for_answer")
 FINISHED = ("done", "failed", "stopped", "cancelled")
 NOT_FINISHED_NOTE = "Not finished yet. Call wait with this message_id."
 
-RUN_TURNS_JOB = "workers.turns.run_turns"
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,7 @@ def start_turns(runtime: Runtime, session_id: str) -> None:
     """
     try:
         runtime.queue.enqueue(
-            RUN_TURNS_JOB,
+            jobs.RUN_TURNS,
             session_id,
             job_timeout=-1,  # a turn's own limit is max_turn_seconds, enforced by the runner
             result_ttl=0,

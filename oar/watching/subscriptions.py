@@ -30,8 +30,8 @@ import redis
 from peewee import fn
 
 from oar.background.tasks import last_output_time
-from oar.core import defaults, ids
-from oar.core.db import database, is_sqlite, write_transaction
+from oar.core import defaults, ids, jobs
+from oar.core.db import database, is_sqlite, released_connection, write_transaction
 from oar.core.events import record as record_event
 from oar.core.models import (
     Event,
@@ -47,16 +47,13 @@ from oar.core.models import (
 )
 from oar.core.runtime import Runtime
 from oar.core.timeutil import iso, utcnow
-from oar.sessions.sessions import OPEN_TURN
+from oar.sessions.state import OPEN_TURN
 from oar.turns import automated, turns
 from oar.watching import delivery
 from oar.watching.quiet_hours import QuietHours, parse
 
 log = logging.getLogger(__name__)
 
-INGEST_JOB = "workers.delivery.ingest"
-DELIVER_JOB = "workers.delivery.deliver"  # one watcher's (jobs enqueued by earlier versions)
-DELIVER_DUE_JOB = "workers.delivery.deliver_due"
 CURSOR_KEY = "delivery_cursor"
 MAX_SUBSCRIPTIONS = 20
 INGEST_BATCH = 2000
@@ -194,17 +191,6 @@ def watched_ids(subscription: Subscription) -> list[str]:
 # Ingesting events ----------------------------------------------------------------------------
 
 
-def poke(runtime: Runtime) -> None:
-    """Ask a worker to ingest new events (after they are committed); the clock's sweeper
-    does it anyway if Redis is unreachable."""
-    if not Subscription.select().where(Subscription.ended_at.is_null()).exists():
-        return  # nobody watches: the clock's sweeper moves the cursor on
-    try:
-        runtime.queue.enqueue(INGEST_JOB, result_ttl=0, failure_ttl=86_400)
-    except redis.RedisError as error:
-        log.warning("event ingestion not enqueued (the sweeper will run it): %s", error)
-
-
 def ensure_cursor() -> None:
     """The engine's cursor exists once anything is watched (written with the first
     subscription, so that no background job adds the row later)."""
@@ -287,8 +273,6 @@ def ingest_pending(runtime: Runtime, now_reader: Any, budget_seconds: float | No
     between batches it gives the write lock up for INGEST_PAUSE_SECONDS.
     """
     import time
-
-    from oar.core.db import released_connection
 
     started = time.monotonic()
     total = 0
@@ -602,9 +586,9 @@ def enqueue_due(runtime: Runtime, due: datetime, suffix: str = "") -> None:
     job_id = f"dlv-{stamp}{suffix}"
     try:
         if due <= utcnow():
-            runtime.queue.enqueue(DELIVER_DUE_JOB, stamp, job_id=job_id, result_ttl=0, failure_ttl=86_400)
+            runtime.queue.enqueue(jobs.DELIVER_DUE, stamp, job_id=job_id, result_ttl=0, failure_ttl=86_400)
         else:
-            runtime.queue.enqueue_at(due.replace(tzinfo=UTC), DELIVER_DUE_JOB, stamp, job_id=job_id,
+            runtime.queue.enqueue_at(due.replace(tzinfo=UTC), jobs.DELIVER_DUE, stamp, job_id=job_id,
                                      result_ttl=0, failure_ttl=86_400)
     except redis.RedisError as error:
         log.warning("delivery at %s not enqueued (the sweeper will deliver): %s", iso(due), error)
@@ -614,8 +598,6 @@ def run_due_job(runtime: Runtime, stamp: int, now_reader: Any) -> int:
     """The RQ job of one due time: deliver to every watcher due by then; when started early
     (RQ's scheduler may), wait a little or enqueue again."""
     import time
-
-    from oar.core.db import released_connection
 
     due = datetime.fromtimestamp(stamp / 1000, UTC).replace(tzinfo=None)
     early = (due - now_reader()).total_seconds()
@@ -715,8 +697,6 @@ def run_job(runtime: Runtime, watcher_id: str, now_reader: Any) -> str:
     """One watcher's delivery job, as earlier versions enqueued it: deliver what is due; when
     started early, wait a little or leave it to the job of its due time."""
     import time
-
-    from oar.core.db import released_connection
 
     due = _next_due(watcher_id)
     if due is None:
@@ -879,7 +859,7 @@ def record_stalls(runtime: Runtime, now: datetime) -> int:
     if gone:
         StallWatch.delete().where(StallWatch.subject.in_(gone)).execute()
     if recorded:
-        poke(runtime)
+        jobs.poke_delivery(runtime)
     return recorded
 
 

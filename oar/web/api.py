@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
 
-from oar.actions.args import check_fields
-from oar.actions.dispatch import CallContext, dispatch
-from oar.actions.registry import Param
+from oar.actions.context import CallContext
+from oar.actions.dispatch import dispatch
 from oar.background import tasks
 from oar.core.errors import invalid
+from oar.core.fields import Param, check_fields
 from oar.core.models import Task
 from oar.core.timeutil import utcnow
 from oar.web import runtime

@@ -13,10 +13,9 @@ import time
 from flask import Blueprint, jsonify, request
 
 from oar import providers
-from oar.actions.args import check_fields
-from oar.actions.registry import Param
 from oar.core.db import release_connection
 from oar.core.errors import invalid, not_found
+from oar.core.fields import Param, check_fields
 from oar.core.models import Message, Session
 from oar.turns import external
 from oar.web import runtime

@@ -7,20 +7,22 @@ from typing import Any
 from flask import Blueprint, jsonify, request
 
 from oar import lifecycle, providers
-from oar.actions.args import check_fields, unstorable_text
 from oar.actions.common import CWD, EFFORT, MODE, MODEL, PROVIDER, TEXT, TITLE
 from oar.actions.prompts import check_effort, provider_unavailable
-from oar.actions.registry import Param
 from oar.approvals import cards, questions
 from oar.core import defaults, ids, settings
 from oar.core.db import write_transaction
 from oar.core.errors import invalid, not_found
+from oar.core.fields import Param, check_fields, unstorable_text
 from oar.core.models import Group, Message, Question, Schedule, Session, Subscription
+from oar.core.runtime import Runtime
 from oar.core.settings import default_cwd
 from oar.core.timeutil import iso, utcnow
+from oar.providers import settings as provider_settings
 from oar.providers.modelcheck import check_model
 from oar.schedules import schedules
 from oar.sessions import groups, sessions
+from oar.sessions import state as session_state
 from oar.sessions.folders import check_folder
 from oar.turns import automated, turns
 from oar.watching import subscriptions
@@ -237,7 +239,7 @@ def delete_session(session_id: str):  # type: ignore[no-untyped-def]
 
 
 def _session_view(session: Session) -> dict[str, Any]:
-    view = sessions.described(session, sessions.state_of(session, sessions.is_busy(session)))
+    view = sessions.described(session, session_state.state_of(session, session_state.is_busy(session)))
     view["group"] = groups.field_for(session)
     view["approvals"] = sorted(cards.approved(session.id, "this"))
     return view
@@ -257,7 +259,16 @@ def decide_card(card_id: str):  # type: ignore[no-untyped-def]
     """The owner's Allow or Deny on an approval card."""
     decision = {"decision": Param("str", required=True, choices=("allow", "deny"))}
     args, _ = check_fields("decide", decision, body(), strict=True, nothing="Nothing was changed.")
-    return ok(card=cards.decide(runtime(), card_id, args["decision"]))
+    return ok(card=decide_as_owner(runtime(), card_id, args["decision"]))
+
+
+def decide_as_owner(relay: Runtime, card_id: str, decision: str) -> dict[str, Any]:
+    """Allow or Deny; an Allow on the loop card starts the count over, so the schedule
+    firings held by loop protection go out now (SPEC §9)."""
+    card = cards.decide(relay, card_id, decision)
+    if card["status"] == "allowed" and "loop" in card["reasons"]:
+        schedules.release_held(relay, card["session"]["id"], utcnow())
+    return card
 
 
 def pending_questions() -> list[dict[str, Any]]:
@@ -383,8 +394,6 @@ def get_provider(name: str):  # type: ignore[no-untyped-def]
 @blueprint.put("/providers/<name>")
 def put_provider(name: str):  # type: ignore[no-untyped-def]
     """Create or replace a provider's configuration; models are discovered when not listed."""
-    from oar.providers import settings as provider_settings
-
     row, note = provider_settings.save(name, body())
     fields: dict[str, Any] = {"provider": provider_view(providers.from_row(row))}
     if note:
@@ -394,8 +403,6 @@ def put_provider(name: str):  # type: ignore[no-untyped-def]
 
 @blueprint.delete("/providers/<name>")
 def delete_provider(name: str):  # type: ignore[no-untyped-def]
-    from oar.providers import settings as provider_settings
-
     if not provider_settings.delete(name):
         raise not_found(f'No provider "{name[:64]}" is configured. Nothing was changed.')
     return ok(deleted=True, provider=name)

@@ -27,18 +27,20 @@ from flask import (
 from werkzeug.exceptions import HTTPException
 
 from oar import lifecycle
-from oar.actions.args import unstorable_text
-from oar.approvals import cards
 from oar.core import settings
 from oar.core.errors import ActionError, invalid, not_found
+from oar.core.fields import unstorable_text
 from oar.core.models import Provider as ProviderRow
 from oar.core.timeutil import iso, utcnow
+from oar.providers import settings as provider_settings
 from oar.sessions import sessions
+from oar.sessions import state as session_state
 from oar.web import page_auth, page_views, runtime
 from oar.web.auth import is_owner_token
 from oar.web.owner import (
     answer_as_owner,
     change_session_settings,
+    decide_as_owner,
     end_schedule,
     end_subscription,
     start_conversation,
@@ -318,7 +320,7 @@ def decide(card_id: str):  # type: ignore[no-untyped-def]
     inbox = url_for("page.inbox")
     decision = form_text("decision")
     try:
-        cards.decide(runtime(), card_id, decision)
+        decide_as_owner(runtime(), card_id, decision)
     except ActionError as error:
         return refused(error, inbox)
     return done("Allowed." if decision == "allow" else "Denied.", inbox)
@@ -416,8 +418,6 @@ def comma_list(text: str) -> list[str]:
 
 @blueprint.post("/settings/providers")
 def save_provider():  # type: ignore[no-untyped-def]
-    from oar.providers import settings as provider_settings
-
     shown = {key: form_text(key).strip() for key in
              ("name", "kind", "base_url", "models", "default_model", "efforts", "monthly_token_cap", "command")}
     name = shown["name"]
@@ -453,8 +453,6 @@ def save_provider():  # type: ignore[no-untyped-def]
 
 @blueprint.post("/settings/providers/<name>/delete")
 def delete_provider(name: str):  # type: ignore[no-untyped-def]
-    from oar.providers import settings as provider_settings
-
     here = url_for("page.settings_view") + "#providers"
     if not provider_settings.delete(name):
         return refused(not_found(f'No provider "{name[:64]}" is configured. Nothing was changed.'), here)
@@ -467,7 +465,7 @@ def delete_provider(name: str):  # type: ignore[no-untyped-def]
 @blueprint.get("/live/sessions/<session_id>")
 def live_session(session_id: str):  # type: ignore[no-untyped-def]
     session = sessions.resolve(session_id, runtime().relay_name())
-    state = sessions.state_of(session, sessions.is_busy(session))
+    state = session_state.state_of(session, session_state.is_busy(session))
     return jsonify({
         "ok": True,
         "state": state,

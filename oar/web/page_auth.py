@@ -21,8 +21,9 @@ from flask.sessions import SecureCookieSessionInterface
 
 from oar.core import settings
 from oar.core.config import Config
-from oar.core.db import database
+from oar.core.db import database, write_transaction
 from oar.core.models import Setting
+from oar.web.auth import owner_token_hash
 
 SECRET_KEY_SETTING = "page_secret_key"
 COOKIE_NAME = "oar_page"
@@ -48,8 +49,6 @@ def load_secret_key() -> str:
     with database.connection_context():
         stored = settings.get_value(SECRET_KEY_SETTING)
         if not stored:
-            from oar.core.db import write_transaction
-
             with write_transaction():
                 Setting.insert(key=SECRET_KEY_SETTING, value=secrets.token_urlsafe(48)).on_conflict_ignore().execute()
             stored = settings.get_value(SECRET_KEY_SETTING)
@@ -92,8 +91,6 @@ def _owner_fingerprint(owner_hash: str) -> str:
 
 
 def signed_in(config: Config) -> bool:
-    from oar.web.auth import owner_token_hash
-
     mark = session.get("owner")
     owner_hash = owner_token_hash(config)
     return bool(mark and owner_hash) and hmac.compare_digest(str(mark), _owner_fingerprint(owner_hash))
@@ -101,8 +98,6 @@ def signed_in(config: Config) -> bool:
 
 def sign_in(config: Config) -> None:
     """Start a fresh signed-in session (a new CSRF token too: nothing from before carries over)."""
-    from oar.web.auth import owner_token_hash
-
     session.clear()
     session.permanent = True
     session["owner"] = _owner_fingerprint(owner_token_hash(config) or "")

@@ -16,6 +16,7 @@ from oar.approvals import cards
 from oar.core.models import Group, Message, Question, Schedule, Session
 from oar.schedules import schedules
 from oar.sessions import groups, sessions
+from oar.sessions import state as session_state
 from oar.turns import turns
 from oar.watching import subscriptions
 from oar.web.owner import active_subscriptions, pending_questions, provider_view
@@ -217,7 +218,7 @@ def with_asker_titles(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def session_page(session: Session) -> dict[str, Any]:
-    state = sessions.state_of(session, sessions.is_busy(session))
+    state = session_state.state_of(session, session_state.is_busy(session))
     rows = newest_messages(session)
     data: dict[str, Any] = {
         "session": session,

@@ -1,0 +1,35 @@
+"""The RQ jobs the relay enqueues, by dotted name (`oar` never imports `workers`).
+
+RQ stores these names in Redis with every queued job, so a job keeps its name across
+releases: a renamed entry point must leave the old name importable.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import redis
+
+from oar.core.models import Subscription
+from oar.core.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+RUN_TURNS = "workers.turns.run_turns"
+RUN_TASK = "workers.tasks.run_task"
+FIRE_SCHEDULE = "workers.schedules.fire"
+INGEST_EVENTS = "workers.delivery.ingest"
+DELIVER_DUE = "workers.delivery.deliver_due"
+# One watcher's delivery: only jobs enqueued by earlier versions still carry it.
+DELIVER_ONE = "workers.delivery.deliver"
+
+
+def poke_delivery(runtime: Runtime) -> None:
+    """Ask a worker to ingest new events (after they are committed); the clock's sweeper
+    does it anyway if Redis is unreachable."""
+    if not Subscription.select().where(Subscription.ended_at.is_null()).exists():
+        return  # nobody watches: the clock's sweeper moves the cursor on
+    try:
+        runtime.queue.enqueue(INGEST_EVENTS, result_ttl=0, failure_ttl=86_400)
+    except redis.RedisError as error:
+        log.warning("event ingestion not enqueued (the sweeper will run it): %s", error)

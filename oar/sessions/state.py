@@ -1,0 +1,46 @@
+"""A session's state from its turns and tasks: `running_turn`, `background_only` or `idle` (SPEC §2)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from oar.core.models import Message, Session, Task
+
+# A prompt whose turn is one of these keeps its session busy.
+OPEN_TURN = ("queued", "running", "waiting_for_answer")
+
+
+def busy_session_ids(session_ids: Iterable[str]) -> set[str]:
+    """Which of these sessions have a turn queued, running or waiting for an answer."""
+    session_ids = list(session_ids)
+    if not session_ids:
+        return set()
+    rows = (
+        Message.select(Message.session)
+        .where(Message.session.in_(session_ids) & Message.status.in_(OPEN_TURN))
+        .distinct()
+        .tuples()
+    )
+    return {row[0] for row in rows}
+
+
+def is_busy(session: Session) -> bool:
+    return bool(busy_session_ids([session.id]))
+
+
+def background_session_ids(session_ids: Iterable[str]) -> set[str]:
+    """Which of these sessions have a background task running."""
+    session_ids = list(session_ids)
+    if not session_ids:
+        return set()
+    rows = Task.select(Task.session).where(Task.session.in_(session_ids) & (Task.status == "running")).distinct().tuples()
+    return {row[0] for row in rows}
+
+
+def state_of(session: Session, busy: bool, background: bool | None = None) -> str:
+    """`running_turn`, `background_only` (no turn, a task running) or `idle` (SPEC §2)."""
+    if busy:
+        return "running_turn"
+    if background is None:
+        background = bool(background_session_ids([session.id]))
+    return "background_only" if background else "idle"
