@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from oar import lifecycle, providers
-from oar.actions.common import CWD, EFFORT, GROUP, MODE, MODEL, RELAY, SESSION, TITLE
 from oar.actions.context import CallContext
-from oar.actions.prompts import check_effort, provider_unavailable
 from oar.actions.registry import action
 from oar.approvals import cards
 from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid
 from oar.core.fields import Param
 from oar.core.models import Session
+from oar.core.shapes import CWD, EFFORT, GROUP, MODE, MODEL, RELAY, SESSION, TITLE
+from oar.providers.choice import check_effort, provider_unavailable
 from oar.providers.modelcheck import check_model
 from oar.sessions import groups, sessions
 from oar.sessions import state as session_state

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
 import time
 from datetime import timedelta
 from typing import Any
 
 from oar import providers
-from oar.actions.common import CWD, EFFORT, GROUP, MODE, MODEL, PROVIDER, RELAY, SESSION, TEXT, TITLE, WAIT_SECONDS
 from oar.actions.context import CallContext
 from oar.actions.registry import action
 from oar.approvals import cards
@@ -18,9 +16,11 @@ from oar.core.errors import ActionError, invalid, not_found
 from oar.core.fields import Param
 from oar.core.models import Message, Session
 from oar.core.settings import default_cwd
+from oar.core.shapes import CWD, EFFORT, GROUP, MODE, MODEL, PROVIDER, RELAY, SESSION, TEXT, TITLE, WAIT_SECONDS
 from oar.core.timeutil import utcnow
 from oar.providers import billing
 from oar.providers.base import Provider
+from oar.providers.choice import check_effort, provider_unavailable
 from oar.providers.modelcheck import check_model
 from oar.sessions import groups, rules, sessions
 from oar.sessions import state as session_state
@@ -63,27 +63,6 @@ def waited_result(ctx: CallContext, message: Message, args: dict[str, Any]) -> d
     if notes:
         entry["note"] = " ".join(notes)
     return entry
-
-
-def check_effort(effort: str, provider: Provider, relay_name: str, nothing: str) -> str:
-    if provider.efforts and effort not in provider.efforts:
-        raise invalid(
-            f"Unknown effort '{effort[:32]}' for {provider.name} on relay \"{relay_name}\". "
-            f"Efforts: {', '.join(provider.efforts)}. {nothing}"
-        )
-    return effort
-
-
-def provider_unavailable(name: str, relay_name: str, nothing: str) -> ActionError:
-    configured = [p.name for p in providers.configured()]
-    close = difflib.get_close_matches(name.lower(), configured, n=3, cutoff=0.6)
-    return ActionError(
-        "REMOTE_RELAY_PROVIDER_UNAVAILABLE",
-        f'Provider "{name[:64]}" is not configured on relay "{relay_name}". '
-        f"Configured: {', '.join(configured) or 'none'}. {nothing}",
-        providers=configured,
-        **({"suggestions": close} if close else {}),
-    )
 
 
 @action(

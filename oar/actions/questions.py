@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from oar.actions.common import RELAY
 from oar.actions.context import CallContext
 from oar.actions.registry import action
 from oar.approvals import cards, questions
 from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid
 from oar.core.fields import Param
+from oar.core.shapes import RELAY
 from oar.sessions import sessions
 
 QUESTION_ID = Param("str", required=True, max_length=64, description="a question id (q_… or ask_…)")

@@ -8,12 +8,12 @@ from typing import Any
 from peewee import fn
 
 from oar import __version__, providers
-from oar.actions.common import RELAY
 from oar.actions.context import CallContext
 from oar.actions.registry import action
 from oar.core import defaults
 from oar.core.models import Session
 from oar.core.settings import default_cwd
+from oar.core.shapes import RELAY
 from oar.core.timeutil import utcnow
 from oar.providers import usage as token_usage
 from oar.sessions import groups

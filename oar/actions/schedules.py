@@ -10,7 +10,6 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from oar.actions.common import RELAY, TITLE
 from oar.actions.context import CallContext
 from oar.actions.registry import action
 from oar.approvals import cards
@@ -19,6 +18,7 @@ from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid, not_found
 from oar.core.fields import Param
 from oar.core.models import Schedule, Session
+from oar.core.shapes import RELAY, TITLE
 from oar.core.timeutil import utcnow
 from oar.schedules import schedule_grid, schedules
 from oar.sessions import rules, sessions

@@ -8,7 +8,6 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from oar.actions.common import RELAY, SESSION
 from oar.actions.context import CallContext
 from oar.actions.registry import action
 from oar.approvals import questions
@@ -17,6 +16,7 @@ from oar.core import defaults
 from oar.core.errors import invalid, not_found
 from oar.core.fields import Param
 from oar.core.models import Message, Session
+from oar.core.shapes import RELAY, SESSION
 from oar.core.timeutil import iso
 from oar.sessions import groups, sessions
 from oar.sessions import state as session_state

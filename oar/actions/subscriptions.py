@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from oar.actions.common import RELAY
 from oar.actions.context import CallContext
 from oar.actions.registry import action
 from oar.approvals import cards
@@ -16,6 +15,7 @@ from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid, not_found
 from oar.core.fields import Param
 from oar.core.models import Session, Subscription
+from oar.core.shapes import RELAY
 from oar.sessions import sessions
 from oar.watching import delivery, subscriptions
 from oar.watching.quiet_hours import BadQuietHours, parse

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from oar.actions.common import RELAY, SESSION
 from oar.actions.context import CallContext
 from oar.actions.registry import action
 from oar.background import task_output, tasks
@@ -12,6 +11,7 @@ from oar.core import defaults
 from oar.core.errors import not_found
 from oar.core.fields import Param
 from oar.core.models import Task
+from oar.core.shapes import RELAY, SESSION
 from oar.core.timeutil import iso
 from oar.sessions import sessions
 

@@ -7,8 +7,6 @@ from typing import Any
 from flask import Blueprint, jsonify, request
 
 from oar import lifecycle, providers
-from oar.actions.common import CWD, EFFORT, MODE, MODEL, PROVIDER, TEXT, TITLE
-from oar.actions.prompts import check_effort, provider_unavailable
 from oar.approvals import cards, questions
 from oar.core import defaults, ids, settings
 from oar.core.db import write_transaction
@@ -17,8 +15,10 @@ from oar.core.fields import Param, check_fields, unstorable_text
 from oar.core.models import Group, Message, Question, Schedule, Session, Subscription
 from oar.core.runtime import Runtime
 from oar.core.settings import default_cwd
+from oar.core.shapes import CWD, EFFORT, MODE, MODEL, PROVIDER, TEXT, TITLE
 from oar.core.timeutil import iso, utcnow
 from oar.providers import settings as provider_settings
+from oar.providers.choice import check_effort, provider_unavailable
 from oar.providers.modelcheck import check_model
 from oar.schedules import schedules
 from oar.sessions import groups, sessions

@@ -1,4 +1,4 @@
-"""Argument shapes shared by several actions."""
+"""Argument shapes shared by several actions and the owner API's bodies."""
 
 from __future__ import annotations
 
