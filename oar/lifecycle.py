@@ -38,5 +38,5 @@ def _end_work(runtime: Runtime, target: Session, reason: str, **flags: bool) -> 
     tasks.stop_all(runtime, target.id)  # background tasks end with the session (SPEC §5.11)
     for message_id in cancelled:
         runtime.signal_turn(message_id)
-    if stopping:
+    if stopping and target.active_turn:
         turns.signal_stop(runtime, target.active_turn)

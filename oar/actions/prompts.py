@@ -102,8 +102,9 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         billing.check_not_capped(provider, ctx.relay_name, ctx.now)
     model_note = None
     model = target.model
-    if args.get("model") or (switched and target.model):
-        choice = check_model(args.get("model") or target.model, provider, relay_name=ctx.relay_name, nothing=nothing)
+    wanted_model = args.get("model") or (target.model if switched else None)
+    if wanted_model:
+        choice = check_model(wanted_model, provider, relay_name=ctx.relay_name, nothing=nothing)
         model, model_note = choice.model, choice.note
     elif switched:
         model = provider.default_model
@@ -178,11 +179,13 @@ def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     billing.check_not_capped(provider, ctx.relay_name, ctx.now, nothing)
     cwd, repo, branch = _workspace(ctx, args, provider, nothing)
     model_note = None
+    model: str | None
     if args.get("model"):
         choice = check_model(args["model"], provider, relay_name=ctx.relay_name, nothing=nothing, others=configured)
         model, model_note = choice.model, choice.note
     else:
         model = caller.model if caller.model in provider.models else provider.default_model
+    effort: str | None
     if args.get("effort"):
         effort = check_effort(args["effort"], provider, ctx.relay_name, nothing)
     else:
@@ -202,7 +205,7 @@ def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         )
         if group is None:
             caller = Session.get_by_id(caller.id)
-            group = caller.group if caller.group_id else groups.create(head=caller)
+            group = caller.group or groups.create(head=caller)
             if caller.group_id is None:
                 groups.join(caller, group)
         elif not groups.still_open(group):  # dissolved by the owner since it was checked

@@ -169,7 +169,7 @@ def _in_flight(session: Session) -> dict[str, Any] | None:
     if turn is None or turn.status != "running":
         return None
     text, truncated = clip_reply(turn.partial_text or "")
-    entry = {"messageId": turn.id, "text": text, "startedAt": iso(turn.started_at), "model": turn.model}
+    entry: dict[str, Any] = {"messageId": turn.id, "text": text, "startedAt": iso(turn.started_at), "model": turn.model}
     if truncated:
         entry["truncated"] = True
     return entry

@@ -189,7 +189,7 @@ def listed(question: Question) -> dict[str, Any]:
     }
 
 
-def asks_of(asker_id: str, about: str | None, now: datetime) -> pw.ModelSelect:
+def asks_of(asker_id: str, about: str | None, now: datetime) -> pw.ModelSelect[Question]:
     """A conversation's asks: pending, and those that ended within a day."""
     query = Question.select().where(
         (Question.kind == "ask")

@@ -270,7 +270,8 @@ def _final_counts(lines: list[str]) -> dict[str, Any] | None:
                 best[{"failing": "failed", "pending": "skipped"}[match[2]]] = int(match[1])
         elif match := _CARGO_RESULT.match(line):
             cargo_total = [a + int(b) for a, b in zip(cargo_total or [0, 0, 0], match.groups(), strict=True)]
-            best = _counts("cargo test", *cargo_total, True)
+            passed, failed, skipped = cargo_total
+            best = _counts("cargo test", passed, failed, skipped, True)
         elif match := _NEXTEST_SUMMARY.match(line):
             items = _items(match[1])
             best = _counts("nextest", items.get("passed", 0), items.get("failed", 0) + items.get("timed", 0),
@@ -313,8 +314,8 @@ def _live_counts(lines: list[str]) -> dict[str, Any] | None:
         elif match := _GO_RESULT.match(line):
             add("go test", {"PASS": 0, "FAIL": 1}.get(match[1], 2))
         else:
-            for runner, (passed, failed, skipped) in _LIVE_MARKS.items():
-                for slot, pattern in enumerate((passed, failed, skipped)):
+            for runner, patterns in _LIVE_MARKS.items():
+                for slot, pattern in enumerate(patterns):
                     if pattern.match(line):
                         add(runner, slot)
     if not tallies:

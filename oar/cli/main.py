@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from typing import Any
 
 from oar.core import logs
 from oar.core.config import from_environment
@@ -83,7 +84,7 @@ def _call(action: str, pairs: list[str]) -> int:
     """Call relay_tool over HTTP as the session whose token is in OAR_TOKEN."""
     import requests
 
-    payload: dict[str, object] = {"action": action}
+    payload: dict[str, Any] = {"action": action}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep:

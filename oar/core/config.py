@@ -11,6 +11,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
 from oar.core import defaults
 
@@ -75,7 +76,7 @@ class Config:
     def base_url(self) -> str:
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
 
-    def with_overrides(self, **overrides: object) -> Config:
+    def with_overrides(self, **overrides: Any) -> Config:
         return replace(self, **overrides)
 
 

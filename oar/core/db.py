@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import peewee
 from playhouse.db_url import connect as connect_url
@@ -60,7 +61,7 @@ def is_sqlite() -> bool:
     return isinstance(database.obj, peewee.SqliteDatabase)
 
 
-def lock_rows(query: peewee.ModelSelect) -> None:
+def lock_rows(query: peewee.ModelSelect[Any]) -> None:
     """Lock the selected rows for this transaction (PostgreSQL), before changing others.
 
     Transactions that change a session and its messages lock the session row first, so two

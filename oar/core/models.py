@@ -3,12 +3,27 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import peewee as pw
 
 from oar.core.db import database
 from oar.core.timeutil import utcnow
+
+if TYPE_CHECKING:
+    _V = TypeVar("_V")
+
+    class ObjectId(Generic[_V]):
+        """The `<name>_id` attribute peewee adds beside a foreign key: the raw key on a row, the
+        foreign key field on the class (for queries). peewee's stubs do not declare it, so each
+        model names its own, annotation only (peewee sets the real attribute)."""
+
+        @overload
+        def __get__(self, instance: None, owner: Any) -> pw.ForeignKeyField[Any]: ...
+        @overload
+        def __get__(self, instance: object, owner: Any) -> _V: ...
+        def __get__(self, instance: object, owner: Any) -> Any: ...
+        def __set__(self, instance: object, value: _V) -> None: ...
 
 
 class JSONField(pw.TextField):
@@ -55,6 +70,8 @@ class Group(BaseModel):
     position = pw.IntegerField(default=0)
     dissolved = pw.BooleanField(default=False)
     created_at = pw.DateTimeField(default=utcnow)
+    # Not a column: the COUNT that sessions.groups.active_groups selects with each group.
+    member_count: int
 
 
 class Session(BaseModel):
@@ -80,6 +97,7 @@ class Session(BaseModel):
     created_by_title = pw.CharField(null=True, max_length=200)
     may_create_sessions = pw.BooleanField(default=False)
     group = pw.ForeignKeyField(Group, null=True, backref="sessions", on_delete="SET NULL")
+    group_id: ObjectId[str | None]
     thinking_enabled = pw.BooleanField(null=True)
     thinking_display = pw.CharField(null=True, max_length=16)
     auto_compact_window = pw.CharField(null=True, max_length=16)
@@ -100,6 +118,7 @@ class AgentToken(BaseModel):
 
     token_hash = pw.CharField(primary_key=True, max_length=64)
     session = pw.ForeignKeyField(Session, backref="tokens", on_delete="CASCADE")
+    session_id: ObjectId[str]
     created_at = pw.DateTimeField(default=utcnow)
 
 
@@ -109,6 +128,7 @@ class Message(BaseModel):
     seq = pw.AutoField()
     id = pw.CharField(unique=True, max_length=32)
     session = pw.ForeignKeyField(Session, backref="messages", on_delete="CASCADE")
+    session_id: ObjectId[str]
     role = pw.CharField(max_length=12)  # user | assistant | event | schedule | system
     text = pw.TextField()
     created_at = pw.DateTimeField(default=utcnow)
@@ -151,6 +171,7 @@ class Question(BaseModel):
     kind = pw.CharField(max_length=8)  # ask_user | ask
     # The session whose page shows the card, and the conversation that asked.
     session = pw.ForeignKeyField(Session, backref="questions", on_delete="CASCADE")
+    session_id: ObjectId[str]
     asker_session_id = pw.CharField(max_length=32, index=True)
     turn_id = pw.CharField(null=True, max_length=32)  # ask_user: the prompt whose turn waits
     question = pw.TextField()
@@ -181,6 +202,7 @@ class Task(BaseModel):
 
     id = pw.CharField(primary_key=True, max_length=32)
     session = pw.ForeignKeyField(Session, backref="tasks", on_delete="CASCADE")
+    session_id: ObjectId[str]
     description = pw.TextField()
     type = pw.CharField(default="local_bash", max_length=16)  # local_bash | monitor | subagent
     command = pw.TextField(null=True)
@@ -220,6 +242,7 @@ class Event(BaseModel):
 
     seq = pw.AutoField()
     session = pw.ForeignKeyField(Session, backref="events", on_delete="CASCADE")
+    session_id: ObjectId[str]
     kind = pw.CharField(max_length=32)
     payload = JSONField(default=dict)
     created_at = pw.DateTimeField(default=utcnow, index=True)
@@ -235,7 +258,11 @@ class Schedule(BaseModel):
 
     id = pw.CharField(primary_key=True, max_length=32)
     target = pw.ForeignKeyField(Session, backref="schedules_into", on_delete="CASCADE")
+    target_id: ObjectId[str]
     set_by = pw.ForeignKeyField(Session, backref="schedules_set", on_delete="CASCADE")
+    # peewee's accessor for this key shadows Model.set_by_id (a classmethod the relay does
+    # not use) on Schedule, at run time as well; mypy reports the clash.
+    set_by_id: ObjectId[str]  # type: ignore[assignment]
     title = pw.CharField(max_length=200)
     text = pw.TextField()
     at = pw.DateTimeField(null=True)
@@ -273,6 +300,7 @@ class Subscription(BaseModel):
 
     id = pw.CharField(primary_key=True, max_length=32)
     watcher = pw.ForeignKeyField(Session, backref="subscriptions", on_delete="CASCADE")
+    watcher_id: ObjectId[str]
     scope = pw.CharField(max_length=8)  # all | sessions
     sessions = JSONField(default=list)  # session ids when scope is `sessions`
     exclude = JSONField(default=list)  # session ids left out of `all`
@@ -308,6 +336,7 @@ class HeldEvent(BaseModel):
     id = pw.AutoField()
     # No index of its own: the composite indexes below all start with it.
     watcher = pw.ForeignKeyField(Session, backref="held_events", on_delete="CASCADE", index=False)
+    watcher_id: ObjectId[str]
     event_seq = pw.IntegerField(null=True)  # null for lines the engine makes (all_idle)
     subscription_id = pw.CharField(max_length=32)
     kind = pw.CharField(max_length=32)
@@ -358,6 +387,7 @@ class Wakeup(BaseModel):
 
     id = pw.AutoField()
     watcher = pw.ForeignKeyField(Session, backref="wakeups", on_delete="CASCADE")
+    watcher_id: ObjectId[str]
     message_id = pw.CharField(max_length=32)
     delivered_at = pw.DateTimeField()
 
@@ -387,6 +417,7 @@ class Card(BaseModel):
 
     id = pw.CharField(primary_key=True, max_length=32)
     session = pw.ForeignKeyField(Session, backref="cards", on_delete="CASCADE")  # the asking conversation
+    session_id: ObjectId[str]
     turn_id = pw.CharField(max_length=32, index=True)  # the live turn the call belongs to
     action = pw.CharField(max_length=40)
     relay = pw.CharField(max_length=200)
@@ -409,6 +440,7 @@ class Approval(BaseModel):
 
     id = pw.AutoField()
     session = pw.ForeignKeyField(Session, backref="approvals", on_delete="CASCADE")
+    session_id: ObjectId[str]
     relay = pw.CharField(max_length=200)
     kind = pw.CharField(max_length=32)
     card_id = pw.CharField(null=True, max_length=32)  # null: granted ahead by the owner

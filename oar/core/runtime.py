@@ -25,6 +25,7 @@ class Runtime:
                 "REDIS_URL (for example redis://127.0.0.1:6379/0)."
             )
         self.config = config
+        self._redis_url = config.redis_url
         self._redis: redis.Redis | None = None
         self._hub: WakeHub | None = None
         self._lock = threading.Lock()
@@ -33,7 +34,7 @@ class Runtime:
     def redis(self) -> redis.Redis:
         if self._redis is None:
             self._redis = redis.Redis.from_url(
-                self.config.redis_url, socket_connect_timeout=2, health_check_interval=30
+                self._redis_url, socket_connect_timeout=2, health_check_interval=30
             )
         return self._redis
 

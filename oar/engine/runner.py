@@ -323,7 +323,7 @@ def record_turn_events(turn: Message, status: str, text: str, error: str | None,
     """`turn_end` with the status and the start of the reply; `error` for a failed turn (SPEC §8.2)."""
     events.record(
         turn.session_id, "turn_end",
-        {"turnId": turn.id, "status": status, "excerpt": (error if status == "failed" else text or "")[:200],
+        {"turnId": turn.id, "status": status, "excerpt": ((error or "") if status == "failed" else text or "")[:200],
          "fromSession": turn.from_session if turn.from_kind == "agent" else None},
         now,
     )
@@ -441,7 +441,9 @@ def recall(runtime: Runtime, session_id: str, key: str) -> str | None:
         value = runtime.redis.get(_note_key(runtime, session_id, key))
     except redis.RedisError:
         return None
-    return value.decode("utf-8", errors="replace") if value is not None else None
+    if value is None:
+        return None
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
 
 
 def remember(runtime: Runtime, session_id: str, key: str, value: str | None) -> None:

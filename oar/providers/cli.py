@@ -120,7 +120,9 @@ class CliLineParser:
         return [TextDelta(text)]
 
     def _note_background_call(self, block: dict[str, Any]) -> None:
-        arguments = block.get("input") if isinstance(block.get("input"), dict) else {}
+        arguments = block.get("input")
+        if not isinstance(arguments, dict):
+            arguments = {}
         if arguments.get("run_in_background") is not True or not block.get("id"):
             return
         name = str(block.get("name") or "")
@@ -215,7 +217,7 @@ class CliProvider(Provider):
             return
         stderr: deque[str] = deque(maxlen=STDERR_LINES)
         readers = [
-            threading.Thread(target=lambda: stderr.extend(process.stderr), daemon=True),  # type: ignore[arg-type]
+            threading.Thread(target=lambda: stderr.extend(process.stderr or ()), daemon=True),
             threading.Thread(target=_stop_when_cancelled, args=(process, control), daemon=True),
         ]
         for reader in readers:

@@ -9,7 +9,7 @@ budget negotiation, retries of rate limits and overloads, and the relay_tool loo
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -246,7 +246,7 @@ class LLMProvider(Provider):
                             f"The model kept calling relay_tool after {MAX_TOOL_ROUNDS} rounds; the relay ended the turn."
                         )
                         return
-                    results = []
+                    results: list[str] = []
                     for call in result.calls:
                         outcome = yield from self._call_tool(call, control)
                         results.append(outcome)
@@ -314,7 +314,7 @@ class LLMProvider(Provider):
         elif isinstance(parsed, StreamFailure):
             raise ProviderError(parsed.kind, f'Provider "{self.name}" failed mid-stream: {redact(parsed.message, self._api_key)}')
 
-    def _call_tool(self, call: ToolCall, control: TurnControl) -> Iterator[TurnEvent]:
+    def _call_tool(self, call: ToolCall, control: TurnControl) -> Generator[TurnEvent, None, str]:
         """Run one relay_tool call as this session; returns the JSON text the model gets back."""
         if call.name != "relay_tool":
             return json.dumps({"ok": False, "error": f"There is no tool {call.name[:64]!r}; the only tool is relay_tool."})

@@ -37,7 +37,7 @@ import json
 import re
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -218,7 +218,7 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-_HANDLERS = {
+_HANDLERS: dict[str, Callable[[dict[str, Any]], list[RunsParsed]]] = {
     "message.delta": _delta,
     "reasoning.delta": _reasoning,
     # `reasoning.available` replays the answer; it is not thinking (seed 003, ADR-0004).
@@ -360,7 +360,9 @@ class RunsProvider(Provider):
                 if not control.sleep(min(wait, MAX_RETRY_AFTER_SECONDS)):
                     return None
 
-    def _follow(self, http: requests.Session, run_id: str, request: TurnRequest, control: TurnControl) -> Iterator[TurnEvent]:
+    def _follow(
+        self, http: requests.Session, run_id: str, request: TurnRequest, control: TurnControl
+    ) -> Generator[TurnEvent, None, RunEnded | None]:
         """Stream the run's events into the turn; returns how the run ended, or None when the
         turn is over already (stopped, or failed with the reason yielded)."""
         thinking = ThinkingBlock(inline=request.thinking == "inline")
@@ -408,7 +410,7 @@ class RunsProvider(Provider):
 
     def _approve(
         self, http: requests.Session, run_id: str, approval: ApprovalRequest, request: TurnRequest, control: TurnControl
-    ) -> Iterator[TurnEvent]:
+    ) -> Generator[TurnEvent, None, bool]:
         """An Allow/Deny card; the answer goes back to the server. False when the turn stopped."""
         answer = control.ask_user(approval_question(approval), [APPROVE, DENY], allow_freeform=False)
         if answer is None:
@@ -424,7 +426,7 @@ class RunsProvider(Provider):
 
     def _clarify(
         self, http: requests.Session, run_id: str, clarify: ClarifyRequest, request: TurnRequest, control: TurnControl
-    ) -> Iterator[TurnEvent]:
+    ) -> Generator[TurnEvent, None, bool]:
         """A free-text card per question; the answers go back to the server. False when stopped."""
         answers: list[Any] = []
         for question in clarify.questions:

@@ -15,7 +15,7 @@ import json
 import re
 import socket
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -241,7 +241,7 @@ def request_json(http: requests.Session, request: StreamRequest, control: TurnCo
         return payload
 
 
-def open_stream(http: requests.Session, request: StreamRequest, control: TurnControl) -> Iterator[SseEvent]:
+def open_stream(http: requests.Session, request: StreamRequest, control: TurnControl) -> Generator[SseEvent, None, None]:
     """Send the request and yield its events; raises ProviderError. Ends quietly when stopped."""
     response = _send(http, request, control)
     with response:
@@ -284,7 +284,7 @@ def _close_when_cancelled(response: requests.Response, control: TurnControl, fin
 
 def _socket_of(response: requests.Response) -> socket.socket | None:
     try:
-        return response.raw._fp.fp.raw._sock  # type: ignore[union-attr]
+        return response.raw._fp.fp.raw._sock
     except AttributeError:
         return None
 

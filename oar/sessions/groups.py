@@ -17,7 +17,7 @@ from oar.core.models import Group, Session
 from oar.sessions.state import busy_session_ids, state_of
 
 
-def live_members(group: Group) -> pw.ModelSelect:
+def live_members(group: Group) -> pw.ModelSelect[Session]:
     return Session.select().where((Session.group == group) & (Session.deleted == False))  # noqa: E712
 
 
@@ -44,12 +44,12 @@ def fields_for(rows: list[Session]) -> dict[str, dict[str, Any]]:
         return {}
     found = {g.id: g for g in Group.select().where(Group.id.in_(group_ids) & (Group.dissolved == False))}  # noqa: E712
     heads = {g.head_session_id for g in found.values() if not g.name and g.head_session_id}
-    head_titles = dict(Session.select(Session.id, Session.title).where(Session.id.in_(heads)).tuples()) if heads else {}
+    head_titles = {head.id: head.title for head in Session.select(Session.id, Session.title).where(Session.id.in_(heads))} if heads else {}
     fields = {}
     for row in rows:
-        group = found.get(row.group_id)
+        group = found.get(row.group_id) if row.group_id else None
         if group is not None:
-            name = group.name or head_titles.get(group.head_session_id) or "(unnamed group)"
+            name = group.name or head_titles.get(group.head_session_id or "") or "(unnamed group)"
             fields[row.id] = {"id": group.id, "name": name, "role": role_of(row, group)}
     return fields
 
@@ -66,7 +66,7 @@ def with_members(session: Session, limit: int = defaults.GROUP_MEMBERS_IN_READ) 
     busy = busy_session_ids([member.id for member in others])
     members = []
     for member in others:
-        entry = {"id": member.id, "title": member.title, "role": role_of(member, group),
+        entry: dict[str, Any] = {"id": member.id, "title": member.title, "role": role_of(member, group),
                  "state": state_of(member, member.id in busy)}
         if member.archived:
             entry["archived"] = True
@@ -74,7 +74,7 @@ def with_members(session: Session, limit: int = defaults.GROUP_MEMBERS_IN_READ) 
     return {**field, "members": members}
 
 
-def active_groups() -> pw.ModelSelect:
+def active_groups() -> pw.ModelSelect[Group]:
     """Groups with at least one non-deleted session, most recently active first."""
     last_activity = pw.fn.MAX(Session.last_activity_at).alias("last_activity")
     return (

@@ -15,13 +15,12 @@ def busy_session_ids(session_ids: Iterable[str]) -> set[str]:
     session_ids = list(session_ids)
     if not session_ids:
         return set()
-    rows = (
+    query = (
         Message.select(Message.session)
         .where(Message.session.in_(session_ids) & Message.status.in_(OPEN_TURN))
         .distinct()
-        .tuples()
     )
-    return {row[0] for row in rows}
+    return set(query.scalars())
 
 
 def is_busy(session: Session) -> bool:
@@ -33,8 +32,8 @@ def background_session_ids(session_ids: Iterable[str]) -> set[str]:
     session_ids = list(session_ids)
     if not session_ids:
         return set()
-    rows = Task.select(Task.session).where(Task.session.in_(session_ids) & (Task.status == "running")).distinct().tuples()
-    return {row[0] for row in rows}
+    query = Task.select(Task.session).where(Task.session.in_(session_ids) & (Task.status == "running")).distinct()
+    return set(query.scalars())
 
 
 def state_of(session: Session, busy: bool, background: bool | None = None) -> str:

@@ -51,7 +51,7 @@ def receive(runtime: Runtime, turn_id: str, seconds: float) -> list[dict[str, An
         first = runtime.redis.blpop([key], timeout=max(seconds, 0.01))
         if first is None:
             return []
-        raw = [first[1]]
+        raw: list[Any] = [first[1]]
         while (more := runtime.redis.lpop(key)) is not None:
             raw.append(more)
     except redis.RedisError:

@@ -33,7 +33,11 @@ def still_working(runtime: Runtime, turn: Message, seconds: float) -> list[Task]
 
     Wakes when a task started by this turn ends (its end signals the turn) and at the moment
     the tasks would have been quiet long enough; holds no database connection meanwhile.
+    `turn` has finished (its `completed_at` is set).
     """
+    answered_at = turn.completed_at
+    if answered_at is None:
+        raise ValueError(f"turn {turn.id} has not finished")
     quiet_seconds = runtime.time("BACKGROUND_QUIET_SECONDS")
     deadline = time.monotonic() + seconds
     with runtime.hub.watch(turn_channel(runtime.config.namespace, turn.id)) as woken:
@@ -42,7 +46,7 @@ def still_working(runtime: Runtime, turn: Message, seconds: float) -> list[Task]
             running = list(Task.select().where((Task.session == turn.session_id) & (Task.status == "running")))
             if not running:
                 return []
-            done_at = quiet_at(turn.completed_at, [t.last_output_at or t.started_at for t in running], quiet_seconds)
+            done_at = quiet_at(answered_at, [t.last_output_at or t.started_at for t in running], quiet_seconds)
             now = utcnow()
             remaining = deadline - time.monotonic()
             if now >= done_at:

@@ -79,7 +79,7 @@ def new_id() -> str:
     return ids.prefixed_id("sub")
 
 
-def active_of(watcher_id: str) -> pw.ModelSelect:
+def active_of(watcher_id: str) -> pw.ModelSelect[Subscription]:
     return Subscription.select().where((Subscription.watcher == watcher_id) & Subscription.ended_at.is_null())
 
 

@@ -6,6 +6,8 @@ import logging
 import secrets
 
 from flask import Flask, jsonify, request
+from flask.json.provider import DefaultJSONProvider
+from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
 
 from oar.core import defaults
@@ -17,13 +19,19 @@ from oar.core.runtime import Runtime
 log = logging.getLogger(__name__)
 
 
+class RelayJSONProvider(DefaultJSONProvider):
+    """Flask's JSON, with text kept as it is (not escaped to ASCII) and keys in the order written."""
+
+    ensure_ascii = False
+    sort_keys = False
+
+
 def create_app(config: Config | None = None) -> Flask:
     config = config or from_environment()
     app = Flask(__name__)
     # A prompt is at most 100,000 characters; 4 bytes each at most, plus the rest.
     app.config["MAX_CONTENT_LENGTH"] = defaults.MAX_PROMPT_CHARS * 4 + 64 * 1024
-    app.json.ensure_ascii = False
-    app.json.sort_keys = False
+    app.json = RelayJSONProvider(app)
     open_database(config)
     app.extensions["oar"] = Runtime(config)
 
@@ -37,21 +45,21 @@ def create_app(config: Config | None = None) -> Flask:
             database.close()
 
     @app.errorhandler(ActionError)
-    def action_error(error: ActionError):  # type: ignore[no-untyped-def]
+    def action_error(error: ActionError) -> ResponseReturnValue:
         if page.is_page_request():
             return page.error_page(error.status, error.message)
         return jsonify(error.to_dict()), error.status
 
     @app.errorhandler(HTTPException)
-    def http_error(error: HTTPException):  # type: ignore[no-untyped-def]
+    def http_error(error: HTTPException) -> ResponseReturnValue:
         if page.is_page_request():
             return page.http_error_page(error)
         code = "REMOTE_RELAY_NOT_FOUND" if error.code == 404 else "REMOTE_RELAY_INVALID_INPUT"
         body = {"ok": False, "code": code, "error": f"{error.name}: {error.description} Nothing was done."}
-        return jsonify(body), error.code
+        return jsonify(body), error.code or 500
 
     @app.errorhandler(Exception)
-    def internal_error(error: Exception):  # type: ignore[no-untyped-def]
+    def internal_error(error: Exception) -> ResponseReturnValue:
         reference = secrets.token_hex(4)
         log.exception("request %s %s failed (log reference %s)", request.method, request.path, reference)
         if page.is_page_request():

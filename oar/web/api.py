@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
+from flask.typing import ResponseReturnValue
 
 from oar.actions.context import CallContext
 from oar.actions.dispatch import dispatch
@@ -18,7 +19,7 @@ blueprint = Blueprint("api", __name__)
 
 
 @blueprint.post("/api/v1/relay_tool")
-def relay_tool():  # type: ignore[no-untyped-def]
+def relay_tool() -> ResponseReturnValue:
     caller = require_agent()
     try:
         payload = request.get_json(force=True, silent=True)
@@ -38,7 +39,7 @@ TASK_FIELDS = {
 
 
 @blueprint.post("/api/v1/tasks")
-def start_task():  # type: ignore[no-untyped-def]
+def start_task() -> ResponseReturnValue:
     caller = require_agent()
     body = request.get_json(force=True, silent=True)
     if not isinstance(body, dict):
@@ -51,7 +52,7 @@ def start_task():  # type: ignore[no-untyped-def]
 
 
 @blueprint.post("/api/v1/tasks/<task_id>/stop")
-def stop_task(task_id: str):  # type: ignore[no-untyped-def]
+def stop_task(task_id: str) -> ResponseReturnValue:
     caller = require_agent()
     task = tasks.find(caller, task_id, runtime().relay_name(), "Nothing was stopped.")
     stopping = tasks.request_stop(runtime(), task)

@@ -51,4 +51,6 @@ def owner_token_hash(config: Config) -> str | None:
 def is_owner_token(config: Config, token: str) -> bool:
     """Whether `token` is the owner token (the API's bearer token, the page's sign-in)."""
     stored = owner_token_hash(config)
-    return bool(stored) and ids.same_hash(token, stored)
+    if not stored:
+        return False
+    return ids.same_hash(token, stored)

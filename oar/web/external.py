@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from flask import Blueprint, jsonify, request
+from flask.typing import ResponseReturnValue
 
 from oar import providers
 from oar.core.db import release_connection
@@ -44,7 +45,7 @@ def _external_session() -> Session:
 
 
 @blueprint.get("/next")
-def next_turn():  # type: ignore[no-untyped-def]
+def next_turn() -> ResponseReturnValue:
     session = _external_session()
     try:
         wait = min(max(float(request.args.get("wait_seconds", 30)), 0.0), MAX_POLL_SECONDS)
@@ -65,7 +66,7 @@ def next_turn():  # type: ignore[no-untyped-def]
 
 
 @blueprint.post("/turns/<turn_id>")
-def post_to_turn(turn_id: str):  # type: ignore[no-untyped-def]
+def post_to_turn(turn_id: str) -> ResponseReturnValue:
     session = _external_session()
     body = request.get_json(force=True, silent=True)
     if not isinstance(body, dict):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, jsonify
+from flask.typing import ResponseReturnValue
 
 from oar import __version__
 from oar.owner.bootstrap import pending_migrations
@@ -12,7 +13,7 @@ blueprint = Blueprint("health", __name__)
 
 
 @blueprint.get("/healthz")
-def healthz():  # type: ignore[no-untyped-def]
+def healthz() -> ResponseReturnValue:
     relay = runtime()
     problems = []
     name = relay.config.relay_name

@@ -14,10 +14,9 @@ import hmac
 import secrets
 import threading
 from datetime import timedelta
-from typing import Any
 
 from flask import Flask, Request, abort, request, session
-from flask.sessions import SecureCookieSessionInterface
+from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
 
 from oar.core import settings
 from oar.core.config import Config
@@ -58,7 +57,7 @@ def load_secret_key() -> str:
 class PageSessionInterface(SecureCookieSessionInterface):
     """The signed cookie session, only on page paths, with its key loaded on first use."""
 
-    def open_session(self, app: Flask, request: Request) -> Any:  # type: ignore[override]
+    def open_session(self, app: Flask, request: Request) -> SecureCookieSession | None:
         if not is_page_path(request.path):
             return None  # Flask then uses a null session that is never saved
         if not app.secret_key:
@@ -93,7 +92,9 @@ def _owner_fingerprint(owner_hash: str) -> str:
 def signed_in(config: Config) -> bool:
     mark = session.get("owner")
     owner_hash = owner_token_hash(config)
-    return bool(mark and owner_hash) and hmac.compare_digest(str(mark), _owner_fingerprint(owner_hash))
+    if not (mark and owner_hash):
+        return False
+    return hmac.compare_digest(str(mark), _owner_fingerprint(owner_hash))
 
 
 def sign_in(config: Config) -> None:
