@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from oar import lifecycle, providers
+from oar import lifecycle
 from oar.actions.context import CallContext
 from oar.actions.registry import action
 from oar.approvals import cards
@@ -13,8 +13,7 @@ from oar.core.errors import ActionError, invalid
 from oar.core.fields import Param
 from oar.core.models import Session
 from oar.core.shapes import CWD, EFFORT, GROUP, MODE, MODEL, RELAY, SESSION, TITLE
-from oar.providers.choice import check_effort, provider_unavailable
-from oar.providers.modelcheck import check_model
+from oar.providers.choice import Requested, choose
 from oar.sessions import groups, sessions
 from oar.sessions import state as session_state
 from oar.sessions.folders import check_folder
@@ -65,18 +64,15 @@ def _window(value: Any) -> str:
 def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Change a session's settings for its next turns without prompting it."""
     target = sessions.resolve(args["session"], ctx.relay_name, UPDATE_NOTHING)
-    provider = providers.get(target.provider)
-    if provider is None:
-        raise provider_unavailable(target.provider, ctx.relay_name, UPDATE_NOTHING)
-    notes: list[str] = []
+    # Settings for the next turns: the provider's caps refuse prompts, not this.
+    chosen = choose(target, Requested.of(args), relay_name=ctx.relay_name, nothing=UPDATE_NOTHING)
+    provider = chosen.provider
+    notes: list[str] = [chosen.model_note] if chosen.model_note else []
     wanted: dict[str, Any] = {}
     if "model" in args:
-        choice = check_model(args["model"], provider, relay_name=ctx.relay_name, nothing=UPDATE_NOTHING)
-        wanted["model"] = choice.model
-        if choice.note:
-            notes.append(choice.note)
+        wanted["model"] = chosen.model
     if "effort" in args:
-        wanted["effort"] = check_effort(args["effort"], provider, ctx.relay_name, UPDATE_NOTHING)
+        wanted["effort"] = chosen.effort
     if "mode" in args:
         wanted["mode"] = args["mode"]
     if "title" in args:

@@ -6,7 +6,6 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from oar import providers
 from oar.actions.context import CallContext
 from oar.actions.registry import action
 from oar.approvals import cards
@@ -18,10 +17,8 @@ from oar.core.models import Message, Session
 from oar.core.settings import default_cwd
 from oar.core.shapes import CWD, EFFORT, GROUP, MODE, MODEL, PROVIDER, RELAY, SESSION, TEXT, TITLE, WAIT_SECONDS
 from oar.core.timeutil import utcnow
-from oar.providers import billing
 from oar.providers.base import Provider
-from oar.providers.choice import check_effort, provider_unavailable
-from oar.providers.modelcheck import check_model
+from oar.providers.choice import Requested, choose, pick_provider
 from oar.sessions import groups, rules, sessions
 from oar.sessions import state as session_state
 from oar.sessions.folders import check_folder
@@ -92,23 +89,8 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     busy = session_state.is_busy(target)
     if target.created_by_session == ctx.caller.id and not busy:
         rules.check_active_limit(ctx.caller, nothing)
-    provider = providers.get(target.provider)
-    if provider is None:
-        raise provider_unavailable(target.provider, ctx.relay_name, nothing)
-    switched = args.get("provider") and args["provider"] != target.provider
-    if switched:  # the billing switch: checked in full before anything is written
-        provider = billing.switch_target(provider, args["provider"], ctx.relay_name, nothing, ctx.now)
-    else:
-        billing.check_not_capped(provider, ctx.relay_name, ctx.now)
-    model_note = None
-    model = target.model
-    wanted_model = args.get("model") or (target.model if switched else None)
-    if wanted_model:
-        choice = check_model(wanted_model, provider, relay_name=ctx.relay_name, nothing=nothing)
-        model, model_note = choice.model, choice.note
-    elif switched:
-        model = provider.default_model
-    effort = check_effort(args["effort"], provider, ctx.relay_name, nothing) if args.get("effort") else target.effort
+    chosen = choose(target, Requested.of(args), relay_name=ctx.relay_name, nothing=nothing, cap_checked_at=ctx.now)
+    provider, model, effort = chosen.provider, chosen.model, chosen.effort
     if busy and args.get("if_busy") == "fail":
         active = Message.select().where(
             (Message.session == target.id) & Message.status.in_(session_state.OPEN_TURN)
@@ -122,7 +104,7 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     cards.approve(ctx, cards.Request(
         action="send", nothing=nothing, target=target, mode=mode, provider=provider.name, model=model,
         folder=target.cwd or target.repo, excerpt=args["text"], counted=True,
-        lines=(billing.switch_note(provider),) if switched else (),
+        lines=chosen.card_lines,
     ))
     with write_transaction():
         Session.update(mode=mode, model=model, effort=effort, provider=provider.name).where(Session.id == target.id).execute()
@@ -131,11 +113,7 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         rules.count_agent_prompt(ctx.caller)
     turns.start_turns(ctx.runtime, target.id)
     entry = waited_result(ctx, message, args)
-    if model_note:
-        entry["modelNote"] = model_note
-    if switched:
-        entry["provider"] = provider.name
-        entry["billingSwitch"] = billing.switch_note(provider)
+    entry.update(chosen.reported())
     entry["summary"] = f"send → {ctx.relay_name} session {target.id[:8]}: {turns.summary_status(entry)}"
     return entry
 
@@ -167,29 +145,12 @@ def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     caller = ctx.caller
     rules.check_may_create(caller, nothing)
     rules.check_active_limit(caller, nothing)
-    configured = providers.configured()
-    if args.get("provider"):
-        provider = providers.get(args["provider"])
-        if provider is None:
-            raise provider_unavailable(args["provider"], ctx.relay_name, nothing)
-    else:
-        provider = providers.get(caller.provider) or (configured[0] if configured else None)
-        if provider is None:
-            raise provider_unavailable(caller.provider, ctx.relay_name, nothing)
-    billing.check_not_capped(provider, ctx.relay_name, ctx.now, nothing)
-    cwd, repo, branch = _workspace(ctx, args, provider, nothing)
-    model_note = None
-    model: str | None
-    if args.get("model"):
-        choice = check_model(args["model"], provider, relay_name=ctx.relay_name, nothing=nothing, others=configured)
-        model, model_note = choice.model, choice.note
-    else:
-        model = caller.model if caller.model in provider.models else provider.default_model
-    effort: str | None
-    if args.get("effort"):
-        effort = check_effort(args["effort"], provider, ctx.relay_name, nothing)
-    else:
-        effort = caller.effort if caller.effort in provider.efforts else None
+    requested = Requested.of(args)
+    picked = pick_provider(None, requested, relay_name=ctx.relay_name, nothing=nothing, like=caller, cap_checked_at=ctx.now)
+    # The workspace arguments are checked against the provider before its model, as always.
+    cwd, repo, branch = _workspace(ctx, args, picked.provider, nothing)
+    chosen = choose(None, requested, relay_name=ctx.relay_name, nothing=nothing, like=caller, picked=picked)
+    provider, model, effort = chosen.provider, chosen.model, chosen.effort
     group = groups.resolve(args["group"], ctx.relay_name, "No session was created.") if args.get("group") else None
     mode = args.get("mode") or caller.mode
     title = (args.get("title") or "").strip() or sessions.title_from(args["text"])
@@ -224,8 +185,7 @@ def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     )
     if repo:
         entry.update(repo=repo, branch=branch)
-    if model_note:
-        entry["modelNote"] = model_note
+    entry.update(chosen.reported())
     entry["summary"] = (
         f'create_session → {ctx.relay_name}: session {session.id[:8]} "{title}" {turns.summary_status(entry)}'
     )

@@ -7,6 +7,7 @@ REMOTE_RELAY_UNKNOWN, as for every action).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,6 +23,7 @@ from oar.core.shapes import RELAY, TITLE
 from oar.core.timeutil import utcnow
 from oar.schedules import schedule_grid, schedules
 from oar.sessions import rules, sessions
+from oar.turns.turns import Provenance
 
 SCHEDULED_NOTHING = "Nothing was scheduled."
 UNSCHEDULED_NOTHING = "Nothing was unscheduled."
@@ -71,7 +73,9 @@ def schedule(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     ))
     if utcnow() - ctx.now > timedelta(seconds=1):  # the card took a while: the grid starts at the Allow
         first = schedule_grid.first_due(at=at, every_seconds=every_seconds, cron=cron, tz=tz, now=utcnow())
-    turn = ctx.turn
+    # What the firings inherit (SPEC §9): the relay the setting turn came from, the caller's model and hops.
+    turn_relay = Provenance.of(ctx.turn).relay if ctx.turn is not None else None
+    origin = replace(ctx.provenance(), kind="schedule", relay=turn_relay)
     with write_transaction():
         row = Schedule.create(
             id=schedules.new_id(),
@@ -88,10 +92,7 @@ def schedule(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             every_seconds=every_seconds,
             due_at=first,
             next_fire_at=first,
-            origin_relay=turn.from_relay if turn is not None else None,
-            origin_model=caller.model,
-            hops=ctx.hops(),
-            acts_for_user=True,
+            **origin.schedule_columns(),
             created_at=ctx.now,
         )
         if into_other:

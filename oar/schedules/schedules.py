@@ -207,7 +207,7 @@ def _fire_claimed(schedule: Schedule, now: datetime, recheck_seconds: float) -> 
         log.info("schedule %s skipped: %s", schedule.id, skip)
     else:
         text = f"{header(schedule, setter)}\n{schedule.text}"
-        message = automated.insert(target, text, _provenance(schedule, setter))
+        message = automated.insert(target, text, turns.Provenance.of_firing(schedule, setter))
         if into_other:
             rules.count_agent_prompt(setter)
         changes.update(
@@ -228,19 +228,6 @@ def _skip_reason(schedule: Schedule, target: Session, setter: Session) -> str | 
         if not busy and len(rules.busy_sessions_started_by(setter)) >= defaults.MAX_ACTIVE_SESSIONS:
             return f"{defaults.MAX_ACTIVE_SESSIONS} sessions the setting conversation started are at work"
     return None
-
-
-def _provenance(schedule: Schedule, setter: Session) -> turns.Provenance:
-    """A scheduled message inherits the provenance and hop count of the turn that set it."""
-    return turns.Provenance(
-        kind="schedule",
-        relay=schedule.origin_relay,
-        session=setter.id,
-        session_title=setter.title,
-        model=schedule.origin_model,
-        hops=schedule.hops,
-        acts_for_user=schedule.acts_for_user,
-    )
 
 
 def release_held(runtime: Runtime, setter_id: str, now: datetime) -> int:

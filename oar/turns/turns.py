@@ -15,7 +15,7 @@ from typing import Any
 from oar.approvals import questions
 from oar.core import defaults, ids, jobs
 from oar.core.db import released_connection
-from oar.core.models import Message, Session
+from oar.core.models import Message, Schedule, Session
 from oar.core.runtime import Runtime
 from oar.core.signals import publish, stop_channel, turn_channel
 from oar.core.timeutil import iso, utcnow
@@ -27,6 +27,18 @@ SETTLED = ("done", "failed", "stopped", "cancelled", "waiting_for_answer")
 FINISHED = ("done", "failed", "stopped", "cancelled")
 NOT_FINISHED_NOTE = "Not finished yet. Call wait with this message_id."
 
+# Where each field of a Provenance is kept: the prompt's Message columns, and the Schedule
+# columns that keep the provenance of the turn that set a schedule (its session is the setter).
+MESSAGE_COLUMNS = {
+    "kind": "from_kind",
+    "relay": "from_relay",
+    "session": "from_session",
+    "session_title": "from_session_title",
+    "model": "from_model",
+    "hops": "hops",
+    "acts_for_user": "acts_for_user",
+}
+SCHEDULE_COLUMNS = {"relay": "origin_relay", "model": "origin_model", "hops": "hops", "acts_for_user": "acts_for_user"}
 
 
 @dataclass(frozen=True)
@@ -40,6 +52,25 @@ class Provenance:
     model: str | None = None
     hops: int = 0
     acts_for_user: bool = False
+
+    def columns(self) -> dict[str, Any]:
+        """The Message columns of a prompt with this provenance."""
+        return {column: getattr(self, field) for field, column in MESSAGE_COLUMNS.items()}
+
+    @classmethod
+    def of(cls, message: Message) -> Provenance:
+        """The provenance a prompt was queued with."""
+        return cls(**{field: getattr(message, column) for field, column in MESSAGE_COLUMNS.items()})
+
+    def schedule_columns(self) -> dict[str, Any]:
+        """The Schedule columns that keep this provenance for the schedule's firings."""
+        return {column: getattr(self, field) for field, column in SCHEDULE_COLUMNS.items()}
+
+    @classmethod
+    def of_firing(cls, schedule: Schedule, setter: Session) -> Provenance:
+        """A scheduled message inherits the provenance and hop count of the turn that set it."""
+        kept = {field: getattr(schedule, column) for field, column in SCHEDULE_COLUMNS.items()}
+        return cls(kind="schedule", session=setter.id, session_title=setter.title, **kept)
 
 
 def insert_prompt(
@@ -60,13 +91,7 @@ def insert_prompt(
         role=role,
         text=text,
         created_at=now,
-        from_kind=provenance.kind,
-        from_relay=provenance.relay,
-        from_session=provenance.session,
-        from_session_title=provenance.session_title,
-        from_model=provenance.model,
-        hops=provenance.hops,
-        acts_for_user=provenance.acts_for_user,
+        **provenance.columns(),
         status="queued",
         mode=mode or session.mode,
         model=model or session.model,
@@ -98,19 +123,20 @@ def start_turns(runtime: Runtime, session_id: str) -> None:
 
 def badge(message: Message) -> dict[str, Any] | None:
     """The provenance shown with a prompt: `↗ from <relay> · <session> · <model>`."""
-    if message.from_kind == "user" or message.role == "assistant":
+    came_from = Provenance.of(message)
+    if came_from.kind == "user" or message.role == "assistant":
         return None
-    entry: dict[str, Any] = {"kind": message.from_kind, "hops": message.hops}
-    if message.from_kind == "agent":
-        parts = [message.from_relay or "this relay", message.from_session_title or ids.short(message.from_session or "")]
-        if message.from_model:
-            parts.append(message.from_model)
+    entry: dict[str, Any] = {"kind": came_from.kind, "hops": came_from.hops}
+    if came_from.kind == "agent":
+        parts = [came_from.relay or "this relay", came_from.session_title or ids.short(came_from.session or "")]
+        if came_from.model:
+            parts.append(came_from.model)
         entry.update(
-            relay=message.from_relay,
-            session=message.from_session,
-            title=message.from_session_title,
-            model=message.from_model,
-            actsForUser=message.acts_for_user,
+            relay=came_from.relay,
+            session=came_from.session,
+            title=came_from.session_title,
+            model=came_from.model,
+            actsForUser=came_from.acts_for_user,
             badge="↗ from " + " · ".join(parts),
         )
     return entry

@@ -18,8 +18,7 @@ from oar.core.settings import default_cwd
 from oar.core.shapes import CWD, EFFORT, MODE, MODEL, PROVIDER, TEXT, TITLE
 from oar.core.timeutil import iso, utcnow
 from oar.providers import settings as provider_settings
-from oar.providers.choice import check_effort, provider_unavailable
-from oar.providers.modelcheck import check_model
+from oar.providers.choice import Requested, choose
 from oar.schedules import schedules
 from oar.sessions import groups, sessions
 from oar.sessions import state as session_state
@@ -102,14 +101,8 @@ def start_conversation(payload: dict[str, Any]) -> tuple[Session, str, Message |
     relay = runtime()
     name = relay.relay_name()
     args, _ = check_fields("create session", NEW_SESSION, payload, strict=True, nothing=nothing)
-    configured = providers.configured()
-    provider = providers.get(args["provider"]) if args.get("provider") else (configured[0] if configured else None)
-    if provider is None:
-        raise provider_unavailable(args.get("provider", "(default)"), name, nothing)
-    model = provider.default_model
-    if args.get("model"):
-        model = check_model(args["model"], provider, relay_name=name, nothing=nothing, others=configured).model
-    effort = check_effort(args["effort"], provider, name, nothing) if args.get("effort") else None
+    chosen = choose(None, Requested.of(args), relay_name=name, nothing=nothing)
+    provider, model, effort = chosen.provider, chosen.model, chosen.effort
     if args.get("cwd"):
         cwd = check_folder(args["cwd"], relay.settings()["allowed_roots"], nothing)
     else:
