@@ -17,13 +17,21 @@ from oar.core.config import Config
 from oar.core.signals import WakeHub, publish, turn_channel
 
 
+def _require_redis_url(config: Config) -> None:
+    if not config.redis_url:
+        raise RuntimeError(
+            "REDIS_URL is not set. Start the embedded relay with `python app.py`, or set "
+            "REDIS_URL (for example redis://127.0.0.1:6379/0)."
+        )
+
+
 class Runtime:
-    def __init__(self, config: Config) -> None:
-        if not config.redis_url:
-            raise RuntimeError(
-                "REDIS_URL is not set. Start the embedded relay with `python app.py`, or set "
-                "REDIS_URL (for example redis://127.0.0.1:6379/0)."
-            )
+    def __init__(self, config: Config, *, needs_redis: bool = True) -> None:
+        """`needs_redis=False` is for a command that only touches the database (`oar token`
+        beside an embedded relay, whose Redis URL is known only to the relay's own processes):
+        such a runtime refuses when Redis is first asked for, not when it is built."""
+        if needs_redis:
+            _require_redis_url(config)
         self.config = config
         self._redis: redis.Redis | None = None
         self._hub: WakeHub | None = None
@@ -32,6 +40,7 @@ class Runtime:
     @property
     def redis(self) -> redis.Redis:
         if self._redis is None:
+            _require_redis_url(self.config)
             self._redis = redis.Redis.from_url(
                 self.config.redis_url, socket_connect_timeout=2, health_check_interval=30
             )
