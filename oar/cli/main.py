@@ -61,9 +61,11 @@ def _migrate() -> int:
 
 
 def _token(owner: bool, session_id: str | None) -> int:
-    from oar.core.db import database, open_database, write_transaction
+    from oar.core.db import database, open_database
+    from oar.core.errors import ActionError
+    from oar.core.runtime import Runtime
     from oar.owner.bootstrap import reset_owner_token
-    from oar.sessions import sessions
+    from oar.owner.conversations import issue_token
 
     config = from_environment()
     open_database(config)
@@ -74,9 +76,12 @@ def _token(owner: bool, session_id: str | None) -> int:
         print("oar token: give --owner or --session <id>", file=sys.stderr)
         return 2
     with database.connection_context():
-        session = sessions.resolve(session_id, config.relay_name)
-        with write_transaction():
-            print(sessions.issue_token(session))
+        try:
+            _session, token = issue_token(Runtime(config, needs_redis=False), session_id)
+        except ActionError as error:
+            print(f"oar token: {error.message}", file=sys.stderr)
+            return 1
+    print(token)
     return 0
 
 

@@ -17,15 +17,23 @@ from oar.core.config import Config
 from oar.core.signals import WakeHub, publish, turn_channel
 
 
+def _require_redis_url(config: Config) -> str:
+    if not config.redis_url:
+        raise RuntimeError(
+            "REDIS_URL is not set. Start the embedded relay with `python app.py`, or set "
+            "REDIS_URL (for example redis://127.0.0.1:6379/0)."
+        )
+    return config.redis_url
+
+
 class Runtime:
-    def __init__(self, config: Config) -> None:
-        if not config.redis_url:
-            raise RuntimeError(
-                "REDIS_URL is not set. Start the embedded relay with `python app.py`, or set "
-                "REDIS_URL (for example redis://127.0.0.1:6379/0)."
-            )
+    def __init__(self, config: Config, *, needs_redis: bool = True) -> None:
+        """`needs_redis=False` is for a command that only touches the database (`oar token`
+        beside an embedded relay, whose Redis URL is known only to the relay's own processes):
+        such a runtime refuses when Redis is first asked for, not when it is built."""
+        if needs_redis:
+            _require_redis_url(config)
         self.config = config
-        self._redis_url = config.redis_url
         self._redis: redis.Redis | None = None
         self._hub: WakeHub | None = None
         self._lock = threading.Lock()
@@ -34,7 +42,7 @@ class Runtime:
     def redis(self) -> redis.Redis:
         if self._redis is None:
             self._redis = redis.Redis.from_url(
-                self._redis_url, socket_connect_timeout=2, health_check_interval=30
+                _require_redis_url(self.config), socket_connect_timeout=2, health_check_interval=30
             )
         return self._redis
 

@@ -2,7 +2,7 @@
 
 Server-rendered Jinja templates (autoescaped: agent-written text is never marked safe) and
 a little JavaScript that polls `/live/…` about once a second. Every form carries a CSRF
-token and every action calls the same function as the owner API's route for it.
+token and every action calls the same owner service function (`oar.owner`) as the owner API's route for it.
 """
 
 from __future__ import annotations
@@ -26,26 +26,15 @@ from flask import (
 )
 from werkzeug.exceptions import HTTPException
 
-from oar import lifecycle
-from oar.core import settings
-from oar.core.errors import ActionError, invalid, not_found
+from oar.core.errors import ActionError, invalid
 from oar.core.fields import unstorable_text
 from oar.core.models import Provider as ProviderRow
 from oar.core.timeutil import iso, utcnow
-from oar.providers import settings as provider_settings
+from oar.owner import conversations, inbox, providers, schedules, settings, subscriptions
 from oar.sessions import sessions
 from oar.sessions import state as session_state
 from oar.web import page_auth, page_views, runtime
 from oar.web.auth import is_owner_token
-from oar.web.owner import (
-    answer_as_owner,
-    change_session_settings,
-    decide_as_owner,
-    end_schedule,
-    end_subscription,
-    start_conversation,
-    write_as_user,
-)
 
 blueprint = Blueprint("page", __name__)
 
@@ -194,10 +183,6 @@ def refused(error: ActionError, default: str):  # type: ignore[no-untyped-def]
     return redirect(back(default), code=303)
 
 
-def owner_session(session_id: str) -> Any:
-    return sessions.resolve(session_id, runtime().relay_name(), "Nothing was changed.")
-
-
 # Signing in --------------------------------------------------------------------------------
 
 
@@ -239,7 +224,7 @@ def new_session():  # type: ignore[no-untyped-def]
     values = {key: form_text(key).strip() for key in ("title", "provider", "model")}
     values["text"] = form_text("text")
     try:
-        session, token, _message = start_conversation(payload_of(values))
+        session, token, _message = conversations.start_conversation(runtime(), payload_of(values))
     except ActionError as error:
         return sessions_list(400, new_error=error.message, new_values=values)
     return render_template("created.html", session=session, token=token)
@@ -257,7 +242,7 @@ def session_page(session_id: str):  # type: ignore[no-untyped-def]
 def write(session_id: str):  # type: ignore[no-untyped-def]
     here = url_for("page.session_page", session_id=session_id)
     try:
-        write_as_user(session_id, payload_of({"text": form_text("text")}))
+        conversations.write_as_user(runtime(), session_id, payload_of({"text": form_text("text")}))
     except ActionError as error:
         return refused(error, here)
     return redirect(here + "#end", code=303)
@@ -267,7 +252,7 @@ def write(session_id: str):  # type: ignore[no-untyped-def]
 def archive(session_id: str):  # type: ignore[no-untyped-def]
     here = url_for("page.session_page", session_id=session_id)
     try:
-        lifecycle.archive(runtime(), owner_session(session_id))
+        conversations.archive(runtime(), session_id)
     except ActionError as error:
         return refused(error, here)
     return done("Archived: its turn was stopped and queued prompts cancelled.", here)
@@ -278,7 +263,7 @@ def may_create(session_id: str):  # type: ignore[no-untyped-def]
     here = url_for("page.session_page", session_id=session_id)
     allowed = form_text("may_create_sessions") == "on"
     try:
-        change_session_settings(session_id, {"may_create_sessions": allowed})
+        conversations.change_session_settings(runtime(), session_id, {"may_create_sessions": allowed})
     except ActionError as error:
         return refused(error, here)
     state = "may now start sessions" if allowed else "may no longer start sessions"
@@ -290,7 +275,7 @@ def approvals(session_id: str):  # type: ignore[no-untyped-def]
     """The Allows remembered for this conversation's agent, granted ahead or revoked (SPEC §6)."""
     here = url_for("page.session_page", session_id=session_id)
     try:
-        change_session_settings(session_id, {"approvals": request.form.getlist("approvals")})
+        conversations.change_session_settings(runtime(), session_id, {"approvals": request.form.getlist("approvals")})
     except ActionError as error:
         return refused(error, here)
     return done("Saved what this conversation's agent may do without asking.", here)
@@ -301,7 +286,7 @@ def approvals(session_id: str):  # type: ignore[no-untyped-def]
 
 @blueprint.post("/questions/<question_id>")
 def answer(question_id: str):  # type: ignore[no-untyped-def]
-    inbox = url_for("page.inbox")
+    inbox_page = url_for("page.inbox")
     if form_text("dismiss"):
         fields: dict[str, Any] = {"dismiss": True}
     elif request.form.getlist("choices") or form_text("choice"):
@@ -309,25 +294,25 @@ def answer(question_id: str):  # type: ignore[no-untyped-def]
     else:
         fields = {"answer": form_text("answer").strip()}
     try:
-        answer_as_owner(question_id, payload_of(fields))
+        inbox.answer_question(runtime(), question_id, payload_of(fields))
     except ActionError as error:
-        return refused(error, inbox)
-    return done("Dismissed." if fields.get("dismiss") else "Answered.", inbox)
+        return refused(error, inbox_page)
+    return done("Dismissed." if fields.get("dismiss") else "Answered.", inbox_page)
 
 
 @blueprint.post("/cards/<card_id>")
 def decide(card_id: str):  # type: ignore[no-untyped-def]
-    inbox = url_for("page.inbox")
+    inbox_page = url_for("page.inbox")
     decision = form_text("decision")
     try:
-        decide_as_owner(runtime(), card_id, decision)
+        inbox.decide(runtime(), card_id, decision)
     except ActionError as error:
-        return refused(error, inbox)
-    return done("Allowed." if decision == "allow" else "Denied.", inbox)
+        return refused(error, inbox_page)
+    return done("Allowed." if decision == "allow" else "Denied.", inbox_page)
 
 
-@blueprint.get("/inbox")
-def inbox():  # type: ignore[no-untyped-def]
+@blueprint.get("/inbox", endpoint="inbox")
+def inbox_view():  # type: ignore[no-untyped-def]
     return render_template("inbox.html", page_kind="inbox", **page_views.inbox())
 
 
@@ -337,7 +322,7 @@ def inbox():  # type: ignore[no-untyped-def]
 @blueprint.post("/subscriptions/<subscription_id>/unsubscribe")
 def unsubscribe(subscription_id: str):  # type: ignore[no-untyped-def]
     try:
-        ended, row = end_subscription(subscription_id)
+        ended, row = subscriptions.end_subscription(runtime(), subscription_id)
     except ActionError as error:
         return refused(error, url_for("page.index"))
     return done(f"Unsubscribed {row.id}." if ended else f"{row.id} had already ended.", url_for("page.index"))
@@ -346,7 +331,7 @@ def unsubscribe(subscription_id: str):  # type: ignore[no-untyped-def]
 @blueprint.post("/schedules/<schedule_id>/cancel")
 def cancel_schedule(schedule_id: str):  # type: ignore[no-untyped-def]
     try:
-        ended, row = end_schedule(schedule_id)
+        ended, row = schedules.end_schedule(runtime(), schedule_id)
     except ActionError as error:
         return refused(error, url_for("page.index"))
     return done(f"Cancelled ⏰ {row.title}." if ended else f"{row.id} had already ended.", url_for("page.index"))
@@ -356,7 +341,7 @@ def cancel_schedule(schedule_id: str):  # type: ignore[no-untyped-def]
 
 
 def settings_page(status: int = 200, **extra: Any):  # type: ignore[no-untyped-def]
-    values = extra.pop("values", None) or settings.load(runtime().config)
+    values = extra.pop("values", None) or settings.read_settings(runtime())
     editing = extra.pop("provider_values", None)
     if editing is None and request.args.get("edit"):
         row = ProviderRow.get_or_none(ProviderRow.name == request.args["edit"])
@@ -388,7 +373,7 @@ def save_settings():  # type: ignore[no-untyped-def]
     try:
         if unstorable_text(changes):
             raise invalid("The form holds text the relay cannot store (a NUL character). Nothing was changed.")
-        settings.update(runtime().config, changes)
+        settings.change_settings(runtime(), changes)
     except ActionError as error:
         shown = {**changes, "allowed_roots": changes["allowed_roots"]}
         return settings_page(400, values=shown, settings_error=error.message)
@@ -443,7 +428,7 @@ def save_provider():  # type: ignore[no-untyped-def]
                     fields.setdefault(key, existing.options[key])
         if not name:
             raise invalid("provider: give the provider a name. Nothing was changed.")
-        row, note = provider_settings.save(name, payload_of(fields))
+        row, note = providers.save_provider(runtime(), name, payload_of(fields))
     except ActionError as error:
         return settings_page(400, provider_values=shown, provider_error=error.message)
     models = ", ".join((row.options or {}).get("models") or []) or "none listed"
@@ -454,8 +439,10 @@ def save_provider():  # type: ignore[no-untyped-def]
 @blueprint.post("/settings/providers/<name>/delete")
 def delete_provider(name: str):  # type: ignore[no-untyped-def]
     here = url_for("page.settings_view") + "#providers"
-    if not provider_settings.delete(name):
-        return refused(not_found(f'No provider "{name[:64]}" is configured. Nothing was changed.'), here)
+    try:
+        providers.delete_provider(runtime(), name)
+    except ActionError as error:
+        return refused(error, here)
     return done(f'Provider "{name}" deleted.', here)
 
 

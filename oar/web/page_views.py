@@ -13,13 +13,15 @@ from typing import Any
 
 from oar import providers
 from oar.approvals import cards
-from oar.core.models import Group, Message, Question, Schedule, Session
+from oar.core.models import Group, Message, Schedule, Session
+from oar.owner.inbox import pending_count, pending_questions
+from oar.owner.providers import provider_view
+from oar.owner.subscriptions import active_subscriptions
 from oar.schedules import schedules
 from oar.sessions import groups, sessions
 from oar.sessions import state as session_state
 from oar.turns import turns
 from oar.watching import subscriptions
-from oar.web.owner import active_subscriptions, pending_questions, provider_view
 
 # Messages shown on a session page (the newest ones), and sessions on the list.
 MESSAGES_SHOWN = 200
@@ -44,12 +46,7 @@ def pending_cards(session_id: str | None = None) -> list[dict[str, Any]]:
 
 
 def inbox_count() -> int:
-    questions = (
-        Question.select().join(Session)
-        .where((Question.status == "pending") & (Session.deleted == False))  # noqa: E712
-        .count()
-    )
-    return questions + cards.pending_count()
+    return pending_count()
 
 
 # Tool activity ------------------------------------------------------------------------------

@@ -1,0 +1,175 @@
+"""The owner's conversations: starting one, writing as the user, its settings, tokens, archive
+and delete (SPEC §16)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oar import lifecycle
+from oar.approvals import cards
+from oar.core import defaults
+from oar.core.db import write_transaction
+from oar.core.errors import invalid, not_found
+from oar.core.fields import Param, check_fields
+from oar.core.models import Message, Session
+from oar.core.runtime import Runtime
+from oar.core.settings import default_cwd
+from oar.core.shapes import CWD, EFFORT, MODE, MODEL, PROVIDER, TEXT, TITLE
+from oar.core.timeutil import utcnow
+from oar.providers.choice import Requested, choose
+from oar.schedules import schedules
+from oar.sessions import groups, sessions
+from oar.sessions import state as session_state
+from oar.sessions.folders import check_folder
+from oar.turns import turns
+
+CHANGED_NOTHING = "Nothing was changed."
+# Sessions listed at most, newest activity first, and messages shown when reading one.
+SESSIONS_LISTED = 500
+MESSAGES_READ = 200
+
+NEW_SESSION = {
+    "title": TITLE,
+    "provider": PROVIDER,
+    "model": MODEL,
+    "effort": EFFORT,
+    "mode": MODE,
+    "cwd": CWD,
+    "text": Param("str", max_length=defaults.MAX_PROMPT_CHARS),
+}
+
+SESSION_CHANGES = {
+    "may_create_sessions": Param("bool"),
+    "title": TITLE,
+    "mode": MODE,
+    "group_id": Param("str", max_length=64, description='a group id, or "none"'),
+    # The Allows remembered for this conversation's agent (SPEC §6), granted ahead or revoked.
+    "approvals": Param("list", description="create_sessions, watch_sessions, change_other_sessions"),
+}
+
+
+def owner_session(runtime: Runtime, session_id: str) -> Session:
+    """A non-deleted session by id or unique prefix; refused with "Nothing was changed."."""
+    return sessions.resolve(session_id, runtime.relay_name(), CHANGED_NOTHING)
+
+
+def session_view(session: Session) -> dict[str, Any]:
+    """A session as the owner sees it: its settings, state, group and remembered Allows."""
+    view = sessions.described(session, session_state.state_of(session, session_state.is_busy(session)))
+    view["group"] = groups.field_for(session)
+    view["approvals"] = sorted(cards.approved(session.id, "this"))
+    return view
+
+
+def start_conversation(runtime: Runtime, payload: dict[str, Any]) -> tuple[Session, str, Message | None]:
+    """The owner starts a conversation: the session, its agent token (shown once) and the
+    first prompt when `text` was given."""
+    nothing = "Nothing was created."
+    name = runtime.relay_name()
+    args, _ = check_fields("create session", NEW_SESSION, payload, strict=True, nothing=nothing)
+    chosen = choose(None, Requested.of(args), relay_name=name, nothing=nothing)
+    provider, model, effort = chosen.provider, chosen.model, chosen.effort
+    if args.get("cwd"):
+        cwd = check_folder(args["cwd"], runtime.settings()["allowed_roots"], nothing)
+    else:
+        folder = default_cwd(runtime.config)
+        folder.mkdir(parents=True, exist_ok=True)
+        cwd = str(folder.resolve())
+    title = args.get("title") or (sessions.title_from(args["text"]) if args.get("text") else "New session")
+    with write_transaction():
+        session = sessions.create(
+            title=title, provider=provider.name, model=model, effort=effort,
+            mode=args.get("mode", "agent"), cwd=cwd,
+        )
+        token = sessions.issue_token(session)
+        message = turns.insert_prompt(session, args["text"], turns.Provenance()) if args.get("text") else None
+    if message is not None:
+        turns.start_turns(runtime, session.id)
+    return Session.get_by_id(session.id), token, message
+
+
+def list_sessions(runtime: Runtime) -> list[dict[str, Any]]:
+    """Every session not deleted, most recently active first, as the owner API lists them."""
+    rows = list(
+        Session.select()
+        .where(Session.deleted == False)  # noqa: E712
+        .order_by(Session.last_activity_at.desc())
+        .limit(SESSIONS_LISTED)
+    )
+    return sessions.listed_many(rows)
+
+
+def read_session(runtime: Runtime, session_id: str) -> tuple[Session, list[dict[str, Any]]]:
+    """A session and its newest messages, oldest first."""
+    session = owner_session(runtime, session_id)
+    newest = list(
+        Message.select().where(Message.session == session.id).order_by(Message.seq.desc()).limit(MESSAGES_READ)
+    )
+    messages = [
+        {"id": m.id, "role": m.role, "text": m.text, "status": m.status, "error": m.error, "from": turns.badge(m)}
+        for m in reversed(newest)
+    ]
+    return session, messages
+
+
+def write_as_user(runtime: Runtime, session_id: str, payload: dict[str, Any]) -> Message:
+    """The user writes in the conversation: a turn, and the loop count starts over."""
+    args, _ = check_fields("write", {"text": TEXT}, payload, strict=True, nothing="Nothing was sent.")
+    session = owner_session(runtime, session_id)
+    if session.archived:
+        raise not_found(f"Session {session.id[:8]} is archived. Nothing was sent.")
+    with write_transaction():
+        message = turns.insert_prompt(session, args["text"], turns.Provenance())
+        Session.update(loop_prompt_count=0).where(Session.id == session.id).execute()
+    turns.start_turns(runtime, session.id)
+    # The loop count starts over, so firings held by loop protection go out now (SPEC §9).
+    schedules.release_held(runtime, session.id, utcnow())
+    return message
+
+
+def issue_token(runtime: Runtime, session_id: str) -> tuple[Session, str]:
+    """A new agent token for a session (shown once); its other tokens stay valid."""
+    session = owner_session(runtime, session_id)
+    with write_transaction():
+        token = sessions.issue_token(session)
+    return session, token
+
+
+def change_session_settings(runtime: Runtime, session_id: str, payload: dict[str, Any]) -> Session:
+    """The owner changes a session: its title, mode, group, the may_create_sessions switch and
+    the Allows remembered for its agent."""
+    args, _ = check_fields("change session", SESSION_CHANGES, payload, strict=True, nothing=CHANGED_NOTHING)
+    session = owner_session(runtime, session_id)
+    group = None
+    if args.get("group_id") and args["group_id"].lower() != "none":
+        group = groups.resolve(args["group_id"], runtime.relay_name(), CHANGED_NOTHING)
+    # An empty list is "not given" for agents' arguments; here it revokes every remembered Allow.
+    approvals = args.get("approvals", [] if payload.get("approvals") == [] else None)
+    if approvals is not None and not all(kind in cards.REMEMBERED for kind in approvals):
+        raise invalid(f"approvals must be a list of {', '.join(cards.REMEMBERED)}. {CHANGED_NOTHING}")
+    with write_transaction():
+        if approvals is not None:
+            cards.set_approvals(session.id, "this", set(approvals))
+        values = {key: args[key] for key in ("may_create_sessions", "title", "mode") if key in args}
+        if values:
+            Session.update(**values).where(Session.id == session.id).execute()
+        if "group_id" in args:
+            if group is None:
+                groups.leave(session)
+            else:
+                groups.join(session, group)
+    return Session.get_by_id(session.id)
+
+
+def archive(runtime: Runtime, session_id: str) -> Session:
+    """Archive: its turn is stopped and queued prompts cancelled."""
+    session = owner_session(runtime, session_id)
+    lifecycle.archive(runtime, session)
+    return session
+
+
+def delete(runtime: Runtime, session_id: str) -> Session:
+    """Delete: the session is gone from every listing."""
+    session = owner_session(runtime, session_id)
+    lifecycle.delete(runtime, session)
+    return session

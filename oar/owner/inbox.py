@@ -1,0 +1,89 @@
+"""The owner's Inbox: pending approval cards and questions, Allow or Deny, and answers given
+as the owner (SPEC §6, §7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oar.approvals import cards, questions
+from oar.core.errors import invalid
+from oar.core.fields import Param, check_fields
+from oar.core.models import Question, Session
+from oar.core.runtime import Runtime
+from oar.core.timeutil import iso, utcnow
+from oar.schedules import schedules
+from oar.turns import automated
+
+CHANGED_NOTHING = "Nothing was changed."
+
+DECISION = {"decision": Param("str", required=True, choices=("allow", "deny"))}
+ANSWER = {"answer": Param("str", max_length=100_000), "choices": Param("list"), "dismiss": Param("bool")}
+
+
+def pending_questions() -> list[dict[str, Any]]:
+    """Every pending question card and ask across sessions, oldest first."""
+    pending = (
+        Question.select(Question, Session.id, Session.title)
+        .join(Session)
+        .where((Question.status == "pending") & (Session.deleted == False))  # noqa: E712
+        .order_by(Question.created_at)
+    )
+    listed = []
+    for question in pending:
+        entry = questions.shape(question)
+        entry.update(
+            session=question.session_id, sessionTitle=question.session.title, askedBy=question.asker_session_id,
+            recommendation=question.recommendation, detail=question.detail, createdAt=iso(question.created_at),
+        )
+        listed.append(entry)
+    return listed
+
+
+def pending_count() -> int:
+    """How many cards and questions wait for the owner (the page's Inbox badge)."""
+    waiting = (
+        Question.select().join(Session)
+        .where((Question.status == "pending") & (Session.deleted == False))  # noqa: E712
+        .count()
+    )
+    return waiting + cards.pending_count()
+
+
+def inbox(runtime: Runtime) -> dict[str, list[dict[str, Any]]]:
+    """Every pending approval card and question, across sessions."""
+    return {"cards": cards.pending(), "questions": pending_questions()}
+
+
+def decide_card(runtime: Runtime, card_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """The owner's Allow or Deny on an approval card, given as `{"decision": "allow"|"deny"}`."""
+    args, _ = check_fields("decide", DECISION, payload, strict=True, nothing=CHANGED_NOTHING)
+    return decide(runtime, card_id, args["decision"])
+
+
+def decide(runtime: Runtime, card_id: str, decision: str) -> dict[str, Any]:
+    """Allow or Deny (`decision` is refused unless "allow" or "deny"); an Allow on the loop
+    card starts the count over, so the schedule firings held by loop protection go out now
+    (SPEC §9)."""
+    card = cards.decide(runtime, card_id, decision)
+    if card["status"] == "allowed" and "loop" in card["reasons"]:
+        schedules.release_held(runtime, card["session"]["id"], utcnow())
+    return card
+
+
+def answer_question(runtime: Runtime, question_id: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """The owner answers or dismisses a question card (ask_user or ask)."""
+    nothing = CHANGED_NOTHING
+    args, _ = check_fields("answer", ANSWER, payload, strict=True, nothing=nothing)
+    question = questions.find(question_id, runtime.relay_name(), nothing)
+    if args.get("dismiss"):
+        if question.status != "pending":
+            raise invalid(f"Question {question.id} is {question.status}, not pending. {nothing}")
+        status, answer, choices = "dismissed", None, None
+    else:
+        status = "answered"
+        answer, choices = questions.checked_answer(question, args.get("answer"), args.get("choices"), nothing)
+    if not questions.settle(runtime, question, status=status, answer=answer, choices=choices, via=runtime.relay_name()):
+        raise invalid(f"Question {question.id} was settled meanwhile. {nothing}")
+    if question.kind == "ask":
+        automated.announce_answer(runtime, question)
+    return questions.listed(Question.get_by_id(question.id))

@@ -1,0 +1,61 @@
+"""The owner's providers: listing, reading, saving and deleting their configuration (SPEC §16).
+
+A provider's API key is write-only: the views say whether one is set, never what it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oar import providers
+from oar.core.errors import not_found
+from oar.core.models import Provider as ProviderRow
+from oar.core.runtime import Runtime
+from oar.providers import settings as provider_settings
+
+
+def provider_view(provider: providers.Provider) -> dict[str, Any]:
+    """Never the API key: only whether one is set."""
+    options = provider.options
+    return {
+        "name": provider.name,
+        "kind": provider.kind,
+        "baseUrl": options.get("base_url"),
+        "models": provider.models,
+        "defaultModel": provider.default_model,
+        "efforts": provider.efforts,
+        "workspace": provider.workspace,
+        "monthlyTokenCap": options.get("monthly_token_cap"),
+        "family": options.get("family"),
+        "billing": options.get("billing"),
+        "dottedModelIds": provider.dotted_model_ids,
+        "apiKeySet": provider.has_api_key,
+    }
+
+
+def list_providers(runtime: Runtime) -> list[dict[str, Any]]:
+    """Every configured provider, in the order a new conversation picks its default."""
+    return [provider_view(p) for p in providers.configured()]
+
+
+def read_provider(runtime: Runtime, name: str) -> dict[str, Any]:
+    provider = providers.get(name)
+    if provider is None:
+        raise not_found(f'No provider "{name[:64]}" is configured.')
+    return provider_view(provider)
+
+
+def stored_view(row: ProviderRow) -> dict[str, Any]:
+    """A stored provider row as `provider_view` shows it."""
+    return provider_view(providers.from_row(row))
+
+
+def save_provider(runtime: Runtime, name: str, payload: dict[str, Any]) -> tuple[ProviderRow, str | None]:
+    """Create or replace a provider's configuration; models are discovered when not listed.
+    Returns the stored row and a note on the model discovery (or None)."""
+    return provider_settings.save(name, payload)
+
+
+def delete_provider(runtime: Runtime, name: str) -> None:
+    if not provider_settings.delete(name):
+        raise not_found(f'No provider "{name[:64]}" is configured. Nothing was changed.')
