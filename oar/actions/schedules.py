@@ -12,7 +12,7 @@ from typing import Any
 
 from oar.actions.context import CallContext
 from oar.actions.registry import action
-from oar.approvals import cards
+from oar.approvals import cards, loop
 from oar.core import defaults
 from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid, not_found
@@ -21,7 +21,7 @@ from oar.core.models import Schedule, Session
 from oar.core.shapes import RELAY, TITLE
 from oar.core.timeutil import utcnow
 from oar.schedules import schedule_grid, schedules
-from oar.sessions import rules, sessions
+from oar.sessions import sessions
 
 SCHEDULED_NOTHING = "Nothing was scheduled."
 UNSCHEDULED_NOTHING = "Nothing was unscheduled."
@@ -95,7 +95,7 @@ def schedule(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             created_at=ctx.now,
         )
         if into_other:
-            rules.count_agent_prompt(caller)
+            loop.count_prompt(caller)
     schedules.enqueue_firing(ctx.runtime, row.id, first)
     view = schedules.view(row, caller.id)
     shown = {key: view[key] for key in ("id", "title", "everyMinutes", "once", "nextFireAt", "at", "cron", "tz", "session")}

@@ -7,7 +7,7 @@ from typing import Any
 from flask import Blueprint, jsonify, request
 
 from oar import lifecycle, providers
-from oar.approvals import cards, questions
+from oar.approvals import cards, loop, questions
 from oar.core import defaults, ids, settings
 from oar.core.db import write_transaction
 from oar.core.errors import invalid, not_found
@@ -169,7 +169,7 @@ def write_as_user(session_id: str, payload: dict[str, Any]) -> Message:
         raise not_found(f"Session {session.id[:8]} is archived. Nothing was sent.")
     with write_transaction():
         message = turns.insert_prompt(session, args["text"], turns.Provenance())
-        Session.update(loop_prompt_count=0).where(Session.id == session.id).execute()
+        loop.start_over(session.id)
     turns.start_turns(relay, session.id)
     # The loop count starts over, so firings held by loop protection go out now (SPEC §9).
     schedules.release_held(relay, session.id, utcnow())
