@@ -4,9 +4,9 @@ A card is asked when the call needs one (`reasons_for`, pure). Each action decla
 reasons in its spec (`@action(..., approval=(...))`, see DECLARED_REASONS): the
 conversation's first `create_session` and first watch on a relay, `update_session` on
 sessions it did not start (these three Allows are remembered per conversation and relay,
-across restarts, as `Approval` rows), `transfer_subscriptions` always. Two reasons hold for
-every write: while the conversation is in `ask` or `plan` mode, and the 31st agent-to-agent
-prompt (loop protection, §4, `oar.approvals.loop`).
+across restarts, as `Approval` rows), `transfer_subscriptions` always. Two reasons come
+from the call itself: every write while the conversation is in `ask` or `plan` mode, and the
+31st agent-to-agent prompt (`Request.counted`; loop protection, §4, `oar.approvals.loop`).
 
 The card is shown in the calling conversation's live turn; with none, the call fails closed
 (`REMOTE_RELAY_NO_ACTIVE_TURN`). The call then blocks — holding no database connection —
