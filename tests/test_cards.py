@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from oar.approvals.cards import REMEMBERED, Request, reasons_for, seconds_waited
+from oar.actions.catalog import load_actions
+from oar.approvals.cards import DECLARED_REASONS, REMEMBERED, Request, reasons_for, seconds_waited
 from oar.core.models import Card, Message, Session
 from oar.core.timeutil import utcnow
 from tests.conftest import FAST_TIMES, Agent, Relay, poll
@@ -283,19 +284,35 @@ def test_which_calls_need_a_card_is_a_pure_decision() -> None:
     caller = Session(id="c" * 16, mode="agent", loop_prompt_count=0)
     mine = Session(id="m" * 16, created_by_session=caller.id)
     theirs = Session(id="t" * 16, created_by_session=None)
-    assert reasons_for(caller, Request("send", "", target=theirs, counted=True), set()) == []
-    assert reasons_for(caller, Request("create_session", "", counted=True), set()) == ["create_sessions"]
-    assert reasons_for(caller, Request("create_session", "", counted=True), {"create_sessions"}) == []
-    assert reasons_for(caller, Request("subscribe", ""), {"create_sessions"}) == ["watch_sessions"]
-    assert reasons_for(caller, Request("update_session", "", target=mine), set()) == []
-    assert reasons_for(caller, Request("update_session", "", target=theirs), set()) == ["change_other_sessions"]
-    assert reasons_for(caller, Request("transfer_subscriptions", ""), set(REMEMBERED)) == ["transfer"]
+
+    def reasons(action: str, approved: set[str], **request: Any) -> list[str]:
+        # The reasons each action declares in its spec (`@action(..., approval=...)`).
+        return reasons_for(caller, Request(action, "", **request), load_actions()[action].approval, approved)
+
+    assert reasons("send", set(), target=theirs, counted=True) == []
+    assert reasons("create_session", set(), counted=True) == ["create_sessions"]
+    assert reasons("create_session", {"create_sessions"}, counted=True) == []
+    assert reasons("subscribe", {"create_sessions"}) == ["watch_sessions"]
+    assert reasons("update_session", set(), target=mine) == []
+    assert reasons("update_session", set(), target=theirs) == ["change_other_sessions"]
+    assert reasons("transfer_subscriptions", set(REMEMBERED)) == ["transfer"]
     caller.loop_prompt_count = 30
-    assert reasons_for(caller, Request("send", "", target=theirs, counted=True), set()) == ["loop"]
-    assert reasons_for(caller, Request("update_session", "", target=mine, counted=False), set()) == []
+    assert reasons("send", set(), target=theirs, counted=True) == ["loop"]
+    assert reasons("update_session", set(), target=mine, counted=False) == []
     caller.mode = "plan"
-    assert reasons_for(caller, Request("create_session", "", counted=True), set()) == ["loop", "create_sessions", "mode"]
-    assert reasons_for(caller, Request("stop", "", target=mine), set(REMEMBERED)) == ["mode"]
+    assert reasons("create_session", set(), counted=True) == ["loop", "create_sessions", "mode"]
+    assert reasons("stop", set(REMEMBERED), target=mine) == ["mode"]
+
+
+def test_only_four_actions_declare_approval_reasons() -> None:
+    declared = {name: spec.approval for name, spec in load_actions().items() if spec.approval}
+    assert declared == {
+        "create_session": ("create_sessions",),
+        "subscribe": ("watch_sessions",),
+        "update_session": ("change_other_sessions",),
+        "transfer_subscriptions": ("transfer",),
+    }
+    assert set(REMEMBERED) <= set(DECLARED_REASONS)
 
 
 def test_time_on_cards_is_what_the_turn_time_limit_leaves_out(relay: Relay, ops: Agent) -> None:

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import oar.actions as actions_package
 from oar.actions.catalog import load_actions
+from oar.actions.checks import CHECKS, Call
+from oar.actions.context import CallContext, Caller
+from oar.actions.registry import ActionSpec
+from oar.actions.targets import Target, ThisRelay, Unlocked
+from oar.core.errors import ActionError
 from tests.conftest import Agent, Relay
 
 
@@ -68,3 +79,74 @@ WRITE_ACTIONS = {
     "send", "create_session", "update_session", "answer_question", "stop", "archive", "subscribe", "unsubscribe",
     "transfer_subscriptions", "schedule", "unschedule", "withdraw",
 }
+
+
+def test_the_checks_run_in_the_order_of_spec_section_5() -> None:
+    assert [check.name for check in CHECKS] == [
+        "LOCAL_DISABLED", "unlock", "level", "INBOUND_DISABLED", "OWN_SESSION", "hop limit", "rate limit",
+    ]
+
+
+def test_no_check_is_an_assert_that_python_O_would_remove() -> None:
+    package = Path(actions_package.__file__).parent
+    asserts = [
+        f"{path.name}:{node.lineno}"
+        for path in sorted(package.glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Assert)
+    ]
+    assert asserts == []
+
+
+@dataclass(frozen=True)
+class PairedRelay:
+    """A target that answers the checks' questions as a paired relay could."""
+
+    name: str = "build-box"
+    agent_sessions_enabled: bool = True
+    level: str = "full"
+    crossings: int = 1
+    unlocked: Unlocked | None = "owner"
+    takes_prompts: bool = True
+
+    def unlocked_by(self, caller: Caller) -> Unlocked | None:
+        return self.unlocked
+
+    def accepts(self, caller: Caller) -> bool:
+        return self.takes_prompts
+
+    def run(self, ctx: CallContext, spec: ActionSpec, args: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+def refusal(target: Target, action: str, caller: Caller | None = None) -> str | None:
+    """The code of the first relay check that refuses the call (None: all pass but the rate limit)."""
+    call = Call(
+        ctx=cast(CallContext, None),  # the rate limit, the only check that reads it, is left out
+        caller=caller or Caller(session_id="s" * 16, session_title="desk", model="echo-1", remote_hops=0),
+        target=target, spec=load_actions()[action], args={"relay": target.name, "session": "t" * 16},
+    )
+    try:
+        for check in CHECKS[:-1]:
+            check.refuse(call)
+    except ActionError as error:
+        return error.code
+    return None
+
+
+def test_the_relay_checks_ask_the_target_instead_of_assuming_this_relay() -> None:
+    assert refusal(PairedRelay(), "send") is None
+    assert refusal(PairedRelay(unlocked=None), "send") == "REMOTE_RELAY_LOCKED"
+    assert refusal(PairedRelay(level="read"), "send") == "REMOTE_RELAY_FORBIDDEN"
+    assert refusal(PairedRelay(level="read"), "read_session") is None
+    assert refusal(PairedRelay(level="off"), "read_session") == "REMOTE_RELAY_FORBIDDEN"
+    assert refusal(PairedRelay(takes_prompts=False), "send") == "REMOTE_INBOUND_DISABLED"
+    assert refusal(PairedRelay(takes_prompts=False), "read_session") is None
+    far = Caller(session_id="s" * 16, session_title="desk", model="echo-1", relay="hub", remote_hops=2)
+    assert refusal(PairedRelay(unlocked="agent"), "send", far) == "REMOTE_RELAY_HOP_LIMIT"
+    assert refusal(PairedRelay(unlocked="owner"), "send", far) is None  # the owner's mention lets it pass
+    assert refusal(PairedRelay(unlocked="agent"), "wait", far) is None  # reads and waits are never limited
+    # This relay passes all of them because it says so: unlocked, full, open to its own conversations.
+    here = ThisRelay(name="desk", agent_sessions_enabled=True)
+    assert (here.unlocked_by(far), here.level, here.crossings) == ("always", "full", 0)
+    assert refusal(here, "send") is None

@@ -1,4 +1,4 @@
-"""Who is calling an action: the calling conversation and, when known, its running turn."""
+"""Who is calling an action: the `Caller`, and the `CallContext` every handler gets as `ctx`."""
 
 from __future__ import annotations
 
@@ -12,16 +12,64 @@ from oar.core.timeutil import utcnow
 from oar.turns.turns import Provenance
 
 
+@dataclass(frozen=True)
+class Caller:
+    """Who calls an action. Today always a conversation on this relay (`relay` None, with its
+    session and, when known, the live turn making the call); an agent on a paired relay later,
+    known by its origin relay, session, title, model and the hops its prompt already made."""
+
+    session_id: str
+    session_title: str
+    model: str | None
+    # The relay the call comes from; None: a conversation on this relay.
+    relay: str | None = None
+    # The calling conversation when it is on this relay, and the turn making the call.
+    session: Session | None = None
+    turn: Message | None = None
+    # Relay crossings behind a remote caller's prompt (a local caller's are read from its turns).
+    remote_hops: int = 0
+
+    @classmethod
+    def local(cls, session: Session, turn: Message | None = None) -> Caller:
+        """A conversation on this relay."""
+        return cls(session_id=session.id, session_title=session.title, model=session.model, session=session, turn=turn)
+
+    @property
+    def is_local(self) -> bool:
+        return self.relay is None
+
+    def hops(self) -> int:
+        """Relay crossings behind the caller's current turn (0 for the owner's prompts)."""
+        if self.session is None:
+            return self.remote_hops
+        if self.turn is not None:
+            return self.turn.hops
+        latest = (
+            Message.select(Message.hops)
+            .where((Message.session == self.session.id) & Message.status.is_null(False))
+            .order_by(Message.seq.desc())
+            .first()
+        )
+        return latest.hops if latest else 0
+
+
 @dataclass
 class CallContext:
-    """Who is calling: the calling conversation and, when known, its running turn."""
+    """One call as its handler sees it: this relay's runtime, the calling conversation and,
+    when known, its running turn."""
 
     runtime: Runtime
     caller: Session
     turn: Message | None = None
     via: str = "http"
     now: datetime = field(default_factory=utcnow)
+    # The approval reasons the running action declares (its spec's `approval`, set when it runs).
+    approval: tuple[str, ...] = ()
     _settings: dict[str, Any] | None = None
+    calling: Caller = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.calling = Caller.local(self.caller, self.turn)
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -35,24 +83,17 @@ class CallContext:
 
     def hops(self) -> int:
         """Relay crossings behind the caller's current turn (0 for the owner's prompts)."""
-        if self.turn is not None:
-            return self.turn.hops
-        latest = (
-            Message.select(Message.hops)
-            .where((Message.session == self.caller.id) & Message.status.is_null(False))
-            .order_by(Message.seq.desc())
-            .first()
-        )
-        return latest.hops if latest else 0
+        return self.calling.hops()
 
     def provenance(self) -> Provenance:
         """Provenance of a prompt this caller sends to another session on this relay."""
+        calling = self.calling
         return Provenance(
             kind="agent",
-            relay=None,
-            session=self.caller.id,
-            session_title=self.caller.title,
-            model=self.caller.model,
-            hops=self.hops(),
+            relay=calling.relay,
+            session=calling.session_id,
+            session_title=calling.session_title,
+            model=calling.model,
+            hops=calling.hops(),
             acts_for_user=True,
         )

@@ -60,6 +60,7 @@ def _window(value: Any) -> str:
         "model", "effort", "mode", "title", "group", "cwd", "thinking_enabled", "thinking_display",
         "auto_compact_window",
     ),
+    approval=("change_other_sessions",),  # only on a session the caller did not start
 )
 def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Change a session's settings for its next turns without prompting it."""

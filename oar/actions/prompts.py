@@ -8,7 +8,7 @@ from typing import Any
 
 from oar.actions.context import CallContext
 from oar.actions.registry import action
-from oar.approvals import cards
+from oar.approvals import cards, loop
 from oar.core import defaults
 from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid, not_found
@@ -110,7 +110,7 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         Session.update(mode=mode, model=model, effort=effort, provider=provider.name).where(Session.id == target.id).execute()
         target = Session.get_by_id(target.id)
         message = turns.insert_prompt(target, args["text"], ctx.provenance(), mode=mode, model=model, effort=effort)
-        rules.count_agent_prompt(ctx.caller)
+        loop.count_prompt(ctx.caller)
     turns.start_turns(ctx.runtime, target.id)
     entry = waited_result(ctx, message, args)
     entry.update(chosen.reported())
@@ -138,6 +138,7 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     writes=True,
     strict=True,
     nothing="Nothing was created.",
+    approval=("create_sessions",),
 )
 def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Start a session with a first prompt and wait for the reply."""
@@ -175,7 +176,7 @@ def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             )
         groups.join(session, group)
         message = turns.insert_prompt(session, args["text"], ctx.provenance(), mode=mode, model=model, effort=effort)
-        rules.count_agent_prompt(caller)
+        loop.count_prompt(caller)
     turns.start_turns(ctx.runtime, session.id)
     entry = waited_result(ctx, message, args)
     session = Session.get_by_id(session.id)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oar.actions.context import CallContext
+from oar.approvals.cards import DECLARED_REASONS
 from oar.core.fields import Param
 
 Handler = Callable[[CallContext, dict[str, Any]], dict[str, Any]]
@@ -38,6 +39,9 @@ class ActionSpec:
     writes_with: str | None = None
     # At least one of these arguments is required (update_session's settings, SPEC §5.9).
     needs_one_of: tuple[str, ...] = ()
+    # Why a call of this action asks the owner, besides ask/plan mode and loop protection
+    # (SPEC §6): reasons from `cards.DECLARED_REASONS`, each asked when it applies.
+    approval: tuple[str, ...] = ()
 
 
 ACTIONS: dict[str, ActionSpec] = {}
@@ -53,6 +57,9 @@ def action(
 ) -> Callable[[Handler], Handler]:
     if level is not None and level not in LEVELS:
         raise ValueError(f"unknown level {level}")
+    unknown_reasons = set(options.get("approval", ())) - set(DECLARED_REASONS)
+    if unknown_reasons:
+        raise ValueError(f"action {name} declares unknown approval reasons {sorted(unknown_reasons)}")
 
     def register(handler: Handler) -> Handler:
         if name in ACTIONS:

@@ -13,7 +13,7 @@ from typing import Any
 
 from oar.actions.context import CallContext
 from oar.actions.registry import action
-from oar.approvals import cards
+from oar.approvals import cards, loop
 from oar.core import defaults
 from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid, not_found
@@ -22,7 +22,7 @@ from oar.core.models import Schedule, Session
 from oar.core.shapes import RELAY, TITLE
 from oar.core.timeutil import utcnow
 from oar.schedules import schedule_grid, schedules
-from oar.sessions import rules, sessions
+from oar.sessions import sessions
 from oar.turns.turns import Provenance
 
 SCHEDULED_NOTHING = "Nothing was scheduled."
@@ -96,7 +96,7 @@ def schedule(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             created_at=ctx.now,
         )
         if into_other:
-            rules.count_agent_prompt(caller)
+            loop.count_prompt(caller)
     schedules.enqueue_firing(ctx.runtime, row.id, first)
     view = schedules.view(row, caller.id)
     shown = {key: view[key] for key in ("id", "title", "everyMinutes", "once", "nextFireAt", "at", "cron", "tz", "session")}

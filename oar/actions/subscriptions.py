@@ -45,6 +45,7 @@ MAX_SESSIONS_NAMED = 100
     writes=True,
     relay_optional=True,
     nothing=SUBSCRIBED_NOTHING,
+    approval=("watch_sessions",),
 )
 def subscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Watch sessions: their events arrive in this conversation as relay event messages."""
@@ -238,6 +239,7 @@ def list_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]
     writes=True,
     relay_optional=True,
     nothing=TRANSFERRED_NOTHING,
+    approval=("transfer",),  # always a card (SPEC §6)
 )
 def transfer_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Move every subscription of another conversation to this one (always an approval card)."""

@@ -1,10 +1,12 @@
 """Approval cards (SPEC §6): a write call of a conversation's agent waits for the owner.
 
-A card is asked when the call needs one (`reasons_for`, pure): the conversation's first
-`create_session` and first watch on a relay, `update_session` on sessions it did not start
-(these three Allows are remembered per conversation and relay, across restarts, as
-`Approval` rows), every write while the conversation is in `ask` or `plan` mode,
-`transfer_subscriptions` always, and the 31st agent-to-agent prompt (loop protection, §4).
+A card is asked when the call needs one (`reasons_for`, pure). Each action declares its own
+reasons in its spec (`@action(..., approval=(...))`, see DECLARED_REASONS): the
+conversation's first `create_session` and first watch on a relay, `update_session` on
+sessions it did not start (these three Allows are remembered per conversation and relay,
+across restarts, as `Approval` rows), `transfer_subscriptions` always. Two reasons come
+from the call itself: every write while the conversation is in `ask` or `plan` mode, and the
+31st agent-to-agent prompt (`Request.counted`; loop protection, §4, `oar.approvals.loop`).
 
 The card is shown in the calling conversation's live turn; with none, the call fails closed
 (`REMOTE_RELAY_NO_ACTIVE_TURN`). The call then blocks — holding no database connection —
@@ -18,7 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from oar.core import defaults, ids
+from oar.approvals import loop
+from oar.core import ids
 from oar.core.db import release_connection, write_transaction
 from oar.core.errors import ActionError, invalid, not_found
 from oar.core.models import Approval, Card, Message, Session
@@ -28,6 +31,9 @@ from oar.core.timeutil import iso, utcnow
 
 # The Allows remembered per conversation and relay.
 REMEMBERED = ("create_sessions", "watch_sessions", "change_other_sessions")
+# Reasons an action may declare in its spec: asked unless remembered, and
+# `change_other_sessions` only when the target is a session the caller did not start.
+DECLARED_REASONS = ("transfer", "change_other_sessions", "create_sessions", "watch_sessions")
 # Turns that can show a card (a turn waiting for an answer still runs).
 LIVE = ("running", "waiting_for_answer")
 # The card's sentence comes from the first of its reasons in this order.
@@ -50,6 +56,10 @@ class Asker(Protocol):
     def turn(self) -> Message | None: ...
     @property
     def relay_name(self) -> str: ...
+    @property
+    def approval(self) -> tuple[str, ...]:
+        """The approval reasons the running action declares."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -69,33 +79,29 @@ class Request:
     denied_code: str = "REMOTE_RELAY_APPROVAL_DENIED"
 
 
-def reasons_for(caller: Session, request: Request, approved: set[str]) -> list[str]:
-    """Why this call needs a card (empty: it needs none)."""
-    reasons = []
-    if request.counted and caller.loop_prompt_count >= defaults.LOOP_PROMPTS_BEFORE_CARD:
+def reasons_for(caller: Session, request: Request, declared: tuple[str, ...], approved: set[str]) -> list[str]:
+    """Why this call needs a card (empty: it needs none), given the reasons its action
+    declares and the Allows remembered for the caller."""
+    reasons = [reason for reason in declared if _applies(reason, caller, request, approved)]
+    if request.counted and loop.used_up(caller):
         reasons.append("loop")
-    if request.action == "transfer_subscriptions":
-        reasons.append("transfer")
-    if (
-        request.action == "update_session"
-        and request.target is not None
-        and request.target.created_by_session != caller.id
-        and "change_other_sessions" not in approved
-    ):
-        reasons.append("change_other_sessions")
-    if request.action == "create_session" and "create_sessions" not in approved:
-        reasons.append("create_sessions")
-    if request.action == "subscribe" and "watch_sessions" not in approved:
-        reasons.append("watch_sessions")
     if caller.mode in ("ask", "plan"):
         reasons.append("mode")
     return sorted(reasons, key=PRIORITY.index)
 
 
+def _applies(reason: str, caller: Session, request: Request, approved: set[str]) -> bool:
+    if reason in REMEMBERED and reason in approved:
+        return False
+    if reason == "change_other_sessions":
+        return request.target is not None and request.target.created_by_session != caller.id
+    return True
+
+
 def approve(ctx: Asker, request: Request) -> None:
     """Return when the call may go on: at once when it needs no card, else on the owner's Allow."""
     caller = Session.get_by_id(ctx.caller.id)  # the loop count may have moved since the call began
-    reasons = reasons_for(caller, request, approved(caller.id, "this"))
+    reasons = reasons_for(caller, request, ctx.approval, approved(caller.id, "this"))
     if not reasons:
         return
     turn = live_turn(ctx)
@@ -214,7 +220,7 @@ def decide(runtime: Runtime, card_id: str, decision: str) -> dict[str, Any]:
         if decided and status == "allowed":
             _grant(card.session_id, "this", [r for r in card.reasons if r in REMEMBERED], card.id)
             if "loop" in card.reasons:  # Allow on the loop card starts the count over (SPEC §4)
-                Session.update(loop_prompt_count=0).where(Session.id == card.session_id).execute()
+                loop.start_over(card.session_id)
     if not decided:
         current = Card.get_by_id(card.id).status
         raise invalid(f"Card {card.id} is {current}, not pending. {nothing}")
@@ -325,7 +331,7 @@ def _settings_line(request: Request) -> str:
 
 def _why(reason: str) -> str:
     return {
-        "loop": "30 prompts to other sessions since the user last wrote here",
+        "loop": f"{loop.THRESHOLD} prompts to other sessions since the user last wrote here",
         "transfer": "moving subscriptions always needs it",
         "change_other_sessions": "changing a session this conversation did not start",
         "create_sessions": "the first session this conversation starts",

@@ -22,6 +22,8 @@ BACKGROUND_QUIET_SECONDS = 10
 MAX_ACTIVE_SESSIONS = 4
 # Agent-to-agent prompts a conversation may send before an approval card.
 LOOP_PROMPTS_BEFORE_CARD = 30
+# Relays a prompt may cross (SPEC §10, §15); the owner's mention lets it cross one more.
+MAX_HOPS = 2
 # An approval card nobody decided is withdrawn after this long (SPEC §6, §15: 8 hours).
 CARD_EXPIRY_SECONDS = 8 * 3600
 # Calls and write calls per sliding minute per conversation (owner settings; 0 = no limit).

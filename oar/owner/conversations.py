@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from oar import lifecycle
-from oar.approvals import cards
+from oar.approvals import cards, loop
 from oar.core import defaults
 from oar.core.db import write_transaction
 from oar.core.errors import invalid, not_found
@@ -120,7 +120,7 @@ def write_as_user(runtime: Runtime, session_id: str, payload: dict[str, Any]) ->
         raise not_found(f"Session {session.id[:8]} is archived. Nothing was sent.")
     with write_transaction():
         message = turns.insert_prompt(session, args["text"], turns.Provenance())
-        Session.update(loop_prompt_count=0).where(Session.id == session.id).execute()
+        loop.start_over(session.id)
     turns.start_turns(runtime, session.id)
     # The loop count starts over, so firings held by loop protection go out now (SPEC §9).
     schedules.release_held(runtime, session.id, utcnow())

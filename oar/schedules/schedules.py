@@ -21,6 +21,7 @@ from typing import Any
 
 import redis
 
+from oar.approvals import loop
 from oar.core import defaults, ids, jobs
 from oar.core.db import released_connection, write_transaction
 from oar.core.models import Message, Schedule, Session
@@ -183,7 +184,7 @@ def _fire_claimed(schedule: Schedule, now: datetime, recheck_seconds: float) -> 
             _end(schedule.id, "deleted" if session.deleted else "archived", now)
             return "ended", None
     into_other = target.id != setter.id
-    if into_other and setter.loop_prompt_count >= defaults.LOOP_PROMPTS_BEFORE_CARD:
+    if into_other and loop.used_up(setter):
         # Loop protection used up: hold this firing until the owner writes in the setting
         # conversation (or allows its card); look again every minute (SPEC §9).
         recheck = now + timedelta(seconds=recheck_seconds)
@@ -209,7 +210,7 @@ def _fire_claimed(schedule: Schedule, now: datetime, recheck_seconds: float) -> 
         text = f"{header(schedule, setter)}\n{schedule.text}"
         message = automated.insert(target, text, turns.Provenance.of_firing(schedule, setter))
         if into_other:
-            rules.count_agent_prompt(setter)
+            loop.count_prompt(setter)
         changes.update(
             last_fired_at=now, fired_count=Schedule.fired_count + 1, last_message_id=message.id
         )

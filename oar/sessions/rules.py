@@ -38,7 +38,3 @@ def check_active_limit(caller: Session, nothing: str) -> None:
             sessions=[{"id": s.id, "title": s.title} for s in working],
         )
 
-
-def count_agent_prompt(caller: Session) -> None:
-    """One more agent-to-agent prompt (inside the write transaction that sends it)."""
-    Session.update(loop_prompt_count=Session.loop_prompt_count + 1).where(Session.id == caller.id).execute()
