@@ -4,13 +4,13 @@ a stream cut mid-event; and the error classification of refused requests."""
 
 from __future__ import annotations
 
+from oar.actions.schema import relay_tool, system_prompt
 from oar.providers.anthropic import AnthropicParser
 from oar.providers.anthropic import build_body as anthropic_body
 from oar.providers.base import TextDelta, Usage
 from oar.providers.chat import ChatParser
 from oar.providers.chat import build_body as chat_body
 from oar.providers.llm import (
-    SYSTEM_PROMPT,
     EventParser,
     Finish,
     Parsed,
@@ -200,12 +200,12 @@ def test_anthropic_cut_mid_event_has_no_finish_and_an_error_event_is_a_failure()
 
 
 def wire(messages: list[WireMessage]) -> WireRequest:
-    return WireRequest(model="m", system=SYSTEM_PROMPT, messages=messages, max_tokens=32768, tools=True, effort=None)
+    return WireRequest(model="m", system=system_prompt(), messages=messages, max_tokens=32768, tool=relay_tool(), effort=None)
 
 
 def test_anthropic_marks_the_system_block_and_the_last_message_for_caching() -> None:
     body = anthropic_body(wire([WireMessage("user", "a"), WireMessage("assistant", "b"), WireMessage("user", "c")]))
-    assert body["system"] == [{"type": "text", "text": SYSTEM_PROMPT, "cache_control": {"type": "ephemeral"}}]
+    assert body["system"] == [{"type": "text", "text": system_prompt(), "cache_control": {"type": "ephemeral"}}]
     assert body["messages"][-1]["content"][-1] == {"type": "text", "text": "c", "cache_control": {"type": "ephemeral"}}
     assert all("cache_control" not in block for m in body["messages"][:-1] for block in m["content"])
     assert body["max_tokens"] == 32768 and body["tools"][0]["name"] == "relay_tool"
@@ -224,6 +224,22 @@ def test_each_builder_carries_a_tool_round_in_its_own_spelling() -> None:
     anthropic = anthropic_body(wire(messages))["messages"]
     assert anthropic[1]["content"][0] == {"type": "tool_use", "id": "call_1", "name": "relay_tool", "input": {"action": "usage"}}
     assert anthropic[2]["content"][0]["type"] == "tool_result"
+
+
+def test_each_builder_offers_the_relay_tool_it_is_given_and_nothing_without_one() -> None:
+    tool = relay_tool()
+    request = wire([WireMessage("user", "go")])
+    assert chat_body(request)["tools"] == [{"type": "function", "function": {
+        "name": "relay_tool", "description": tool.description, "parameters": tool.parameters}}]
+    assert chat_body(request)["messages"][0] == {"role": "system", "content": system_prompt()}
+    assert responses_body(request)["tools"][0] == {
+        "type": "function", "name": "relay_tool", "description": tool.description, "parameters": tool.parameters}
+    assert responses_body(request)["instructions"] == system_prompt()
+    assert anthropic_body(request)["tools"] == [{"name": "relay_tool", "description": tool.description, "input_schema": tool.parameters}]
+    bare = WireRequest(model="m", system="", messages=[WireMessage("user", "go")], max_tokens=1024, tool=None, effort=None)
+    assert "tools" not in chat_body(bare) and chat_body(bare)["messages"] == [{"role": "user", "content": "go"}]
+    assert "tools" not in responses_body(bare) and "instructions" not in responses_body(bare)
+    assert "tools" not in anthropic_body(bare) and "system" not in anthropic_body(bare)
 
 
 def test_the_overflow_rebuild_drops_the_older_half_of_the_history_once() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from oar.actions.catalog import load_actions, ordered_actions
 from tests.conftest import Agent, Relay, poll
 from tests.fakes.llm import FakeLLM
 
@@ -321,3 +322,37 @@ def test_a_misspelt_provider_is_refused_with_suggestions(relay: Relay, desk: Age
     assert refused["suggestions"] == ["openai"] and refused["providers"] == ["echo", "openai"]
     unknown = desk.refused("create_session", "REMOTE_RELAY_UNKNOWN_MODEL", relay="this", provider="openai", model="fake-larg", text="hi")
     assert unknown["suggestions"][0] == "fake-large" and unknown["error"].endswith("Nothing was created.")
+
+
+def test_a_chat_model_is_offered_relay_tool_naming_every_action_and_its_arguments(
+    relay: Relay, desk: Agent, fake: FakeLLM
+) -> None:
+    configure(relay, fake, "chat")
+    first = start(desk, "first turn")
+    assert first["status"] == "done", first
+    second = desk.ok("send", relay="this", session=first["session"], text="second turn", wait_seconds=30)
+    assert second["status"] == "done", second
+    bodies = fake.bodies("/chat/completions")
+    assert len(bodies) == 2
+    tools = bodies[0]["tools"]
+    assert [(tool["type"], tool["function"]["name"]) for tool in tools] == [("function", "relay_tool")]
+    parameters = tools[0]["function"]["parameters"]
+    assert parameters["type"] == "object" and parameters["required"] == ["action"]
+    properties = parameters["properties"]
+    actions = load_actions()
+    assert len(actions) == 23 and properties["action"]["enum"] == [spec.name for spec in ordered_actions()]
+    for name, spec in actions.items():
+        for argument in spec.params:
+            described = properties[argument]["description"]
+            assert name in described or described.startswith("every action"), (name, argument, described)
+    assert properties["scope"]["enum"] == ["active", "recent", "all", "archived"]
+    assert properties["limit"] == {**properties["limit"], "type": "integer", "minimum": 1, "maximum": 100}
+    assert properties["sessions"]["type"] == "array" and "subscribe (required)" in properties["sessions"]["description"]
+    assert set(properties["quiet_hours"]["properties"]) == {"from", "to", "tz"}
+    assert properties["from"]["description"].startswith("transfer_subscriptions (required)")
+    # The system prompt lists every action and stays byte-identical from turn to turn (prompt caches).
+    systems = [body["messages"][0] for body in bodies]
+    assert systems[0]["role"] == "system" and systems[0] == systems[1]
+    assert all(f"\n- {name}(" in systems[0]["content"] for name in actions)
+    assert "\n- transfer_subscriptions(from[, relay]): " in systems[0]["content"]
+    assert tools == bodies[1]["tools"]

@@ -35,8 +35,7 @@ def _window(value: Any) -> str:
     return str(value)
 
 
-@action(
-    "update_session",
+@action("update_session",
     params={
         "relay": RELAY,
         "session": SESSION,
@@ -46,9 +45,15 @@ def _window(value: Any) -> str:
         "title": TITLE,
         "group": GROUP,
         "cwd": CWD,
-        "thinking_enabled": Param("bool"),
-        "thinking_display": Param("str", choices=("summarized", "full", "hidden")),
-        "auto_compact_window": Param("any"),  # checked by _window: "auto" or an integer
+        "thinking_enabled": Param("bool", description="whether the model reasons before it answers"),
+        "thinking_display": Param(
+            "str", choices=("summarized", "full", "hidden"), description="how the reasoning is shown in replies"
+        ),
+        "auto_compact_window": Param(  # checked by _window
+            "any",
+            alternatives=(Param("str", choices=("auto",)), Param("int", minimum=1_000, maximum=10_000_000)),
+            description='"auto" or the token count at which the conversation is compacted',
+        ),
     },
     level="full",
     writes=True,
@@ -200,8 +205,7 @@ def _update_result(ctx: CallContext, target: Session, changed: list[str], notes:
     return result
 
 
-@action(
-    "stop",
+@action("stop",
     params={"relay": RELAY, "session": SESSION},
     level="full",
     writes=True,
@@ -223,8 +227,7 @@ def stop(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@action(
-    "archive",
+@action("archive",
     params={"relay": RELAY, "session": SESSION},
     level="full",
     writes=True,

@@ -62,8 +62,7 @@ def waited_result(ctx: CallContext, message: Message, args: dict[str, Any]) -> d
     return entry
 
 
-@action(
-    "send",
+@action("send",
     params={
         "relay": RELAY,
         "session": SESSION,
@@ -73,7 +72,10 @@ def waited_result(ctx: CallContext, message: Message, args: dict[str, Any]) -> d
         "model": MODEL,
         "effort": EFFORT,
         "provider": PROVIDER,
-        "if_busy": Param("str", choices=("queue", "fail")),
+        "if_busy": Param(
+            "str", choices=("queue", "fail"),
+            description="when the session is busy: queue the prompt after its turns (default) or fail",
+        ),
     },
     level="prompt",
     writes=True,
@@ -118,16 +120,15 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
-@action(
-    "create_session",
+@action("create_session",
     params={
         "relay": RELAY,
         "text": TEXT,
         "provider": PROVIDER,
         "model": MODEL,
         "cwd": CWD,
-        "repo": Param("str", max_length=500),
-        "branch": Param("str", max_length=200),
+        "repo": Param("str", max_length=500, description="the repository, for providers that work in repositories"),
+        "branch": Param("str", max_length=200, description="the branch of repo"),
         "mode": MODE,
         "effort": EFFORT,
         "title": TITLE,
@@ -218,8 +219,7 @@ def _workspace(
     return str(folder.resolve()), None, None
 
 
-@action(
-    "wait",
+@action("wait",
     params={
         "relay": RELAY,
         "session": SESSION,

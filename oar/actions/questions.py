@@ -14,12 +14,16 @@ from oar.core.shapes import RELAY
 from oar.sessions import sessions
 
 QUESTION_ID = Param("str", required=True, max_length=64, description="a question id (q_… or ask_…)")
-ANSWER = Param("str", max_length=100_000)
+ANSWER = Param("str", max_length=100_000, description="the answer as text")
 
 
-@action(
-    "answer_question",
-    params={"relay": RELAY, "question_id": QUESTION_ID, "choices": Param("list"), "answer": ANSWER},
+@action("answer_question",
+    params={
+        "relay": RELAY,
+        "question_id": QUESTION_ID,
+        "choices": Param("list", items=Param("str"), description="the options picked, as the question lists them"),
+        "answer": ANSWER,
+    },
     level="full",
     writes=True,
     nothing="Nothing was sent.",
@@ -53,14 +57,16 @@ def answer_question(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@action(
-    "ask",
+@action("ask",
     params={
         "relay": RELAY,
-        "question": Param("str", required=True, max_length=2_000),
-        "options": Param("list"),
-        "recommendation": Param("str", max_length=2_000),
-        "detail": Param("str", max_length=20_000),
+        # Its refusal when missing stays "ask needs question." without the description.
+        "question": Param("str", required=True, max_length=2_000, description="the question for the user", hint_when_missing=False),
+        "options": Param(
+            "list", items=Param("str", max_length=200), max_items=10, description="answers the user may pick from"
+        ),
+        "recommendation": Param("str", max_length=2_000, description="the answer this agent recommends, and why"),
+        "detail": Param("str", max_length=20_000, description="background the user may need to answer"),
         "session": Param("str", max_length=64, description="the session the question is about; default: this one"),
     },
     level="prompt",
@@ -95,9 +101,8 @@ def ask(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@action(
-    "list_questions",
-    params={"relay": RELAY, "session": Param("str", max_length=64)},
+@action("list_questions",
+    params={"relay": RELAY, "session": Param("str", max_length=64, description="only the asks about this session")},
     level="read",
     relay_optional=True,
 )
@@ -112,8 +117,7 @@ def list_questions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@action(
-    "withdraw",
+@action("withdraw",
     params={"relay": RELAY, "question_id": QUESTION_ID},
     level="prompt",
     writes=True,

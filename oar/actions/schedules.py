@@ -29,18 +29,19 @@ SCHEDULED_NOTHING = "Nothing was scheduled."
 UNSCHEDULED_NOTHING = "Nothing was unscheduled."
 
 
-@action(
-    "schedule",
+@action("schedule",
     params={
         "relay": RELAY,
         "text": Param("str", required=True, max_length=defaults.MAX_PROMPT_CHARS, description="the prompt to queue"),
         "at": Param("str", max_length=64, description='an ISO 8601 time, e.g. "2026-11-02T02:00:00Z"'),
-        "every_minutes": Param("int", minimum=1, maximum=defaults.SCHEDULE_EVERY_MINUTES_MAX),
+        "every_minutes": Param(
+            "int", minimum=1, maximum=defaults.SCHEDULE_EVERY_MINUTES_MAX, description="fire every this many minutes"
+        ),
         "cron": Param("str", max_length=200, description='five cron fields, e.g. "0 9 * * 1-5"'),
         "tz": Param("str", max_length=64, description='an IANA time zone, e.g. "Europe/Berlin"'),
         "title": TITLE,
-        "session": Param("str", max_length=64, description="a session id from list_sessions"),
-        "once": Param("bool"),
+        "session": Param("str", max_length=64, description="a session id from list_sessions; default: this conversation"),
+        "once": Param("bool", description="fire once, at the first time due, then end"),
     },
     level="full",
     writes=True,
@@ -180,8 +181,7 @@ def list_schedules(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@action(
-    "unschedule",
+@action("unschedule",
     params={"relay": RELAY, "schedule_id": Param("str", required=True, max_length=64, description="an id sch_…")},
     level="read",
     writes=True,

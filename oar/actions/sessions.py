@@ -39,14 +39,20 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         raise invalid("list_sessions: cursor is not one this relay gave out; call without cursor to start over.") from None
 
 
-@action(
-    "list_sessions",
+@action("list_sessions",
     params={
         "relay": RELAY,
-        "scope": Param("str", choices=SCOPES),
-        "query": Param("str", max_length=200),
-        "limit": Param("int", minimum=1, maximum=defaults.LIST_SESSIONS_MAX),
-        "cursor": Param("str", max_length=500),
+        "scope": Param(
+            "str", choices=SCOPES,
+            description=f"which sessions: active (a turn open), recent (active within {defaults.RECENT_SESSION_DAYS} days; "
+            "the default), all (archived ones too) or archived",
+        ),
+        "query": Param("str", max_length=200, description="text in the title, or the start of a session id"),
+        "limit": Param(
+            "int", minimum=1, maximum=defaults.LIST_SESSIONS_MAX,
+            description=f"how many sessions (default {defaults.LIST_SESSIONS_DEFAULT})",
+        ),
+        "cursor": Param("str", max_length=500, description="nextCursor of the previous page"),
     },
     level="read",
 )
@@ -86,15 +92,20 @@ def list_sessions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-@action(
-    "read_session",
+@action("read_session",
     params={
         "relay": RELAY,
         "session": SESSION,
-        "last": Param("int", minimum=1, maximum=defaults.READ_SESSION_LAST_MAX),
+        "last": Param(
+            "int", minimum=1, maximum=defaults.READ_SESSION_LAST_MAX,
+            description=f"how many of the last messages (default {defaults.READ_SESSION_LAST_DEFAULT})",
+        ),
         "before": Param("str", max_length=64, description="a message id: read the messages before it"),
-        "include_activity": Param("bool"),
-        "max_chars": Param("int", minimum=defaults.READ_SESSION_MAX_CHARS_RANGE[0], maximum=defaults.READ_SESSION_MAX_CHARS_RANGE[1]),
+        "include_activity": Param("bool", description="include each message's tool activity"),
+        "max_chars": Param(
+            "int", minimum=defaults.READ_SESSION_MAX_CHARS_RANGE[0], maximum=defaults.READ_SESSION_MAX_CHARS_RANGE[1],
+            description=f"the most text to return, in characters (default {defaults.READ_SESSION_MAX_CHARS_DEFAULT:,})",
+        ),
     },
     level="read",
 )

@@ -25,21 +25,37 @@ UNSUBSCRIBED_NOTHING = "Nothing was unsubscribed."
 TRANSFERRED_NOTHING = "Nothing was transferred."
 EXCLUDE_NEEDS_ALL = 'exclude goes with sessions ["all"] only; a list of sessions names what it watches'
 MAX_SESSIONS_NAMED = 100
+QUIET_HOURS_FIELDS = {
+    "from": Param("str", required=True, description='the start, a time of day "HH:MM"'),
+    "to": Param("str", required=True, description='the end, a time of day "HH:MM"'),
+    "tz": Param("str", required=True, description='an IANA time zone, e.g. "Europe/Berlin"'),
+}
 
 
-@action(
-    "subscribe",
+@action("subscribe",
     params={
         "relay": RELAY,
-        "sessions": Param("list", required=True, description='session ids, or ["all"]'),
-        "events": Param("list", description="event kinds: " + ", ".join(delivery.EVENT_KINDS)),
-        "once": Param("bool"),
+        "sessions": Param(
+            "list", required=True, items=Param("str"), max_items=MAX_SESSIONS_NAMED,
+            description='session ids, or ["all"]',
+        ),
+        "events": Param(
+            "list", items=Param("str", choices=delivery.EVENT_KINDS),
+            description="event kinds (default: " + ", ".join(delivery.DEFAULT_EVENTS) + ")",
+        ),
+        "once": Param("bool", description="end the subscription after its first event"),
         "match": Param("str", max_length=500, description="a case-insensitive substring or /regex/"),
-        "stalled_minutes": Param("int", minimum=1, maximum=1440),
-        "heartbeat_minutes": Param("int", minimum=5, maximum=1440),
-        "digest_minutes": Param("int", minimum=1, maximum=1440),
-        "quiet_hours": Param("object", description='{"from": "23:00", "to": "06:00", "tz": "Europe/Berlin"}'),
-        "exclude": Param("list", description='session ids left out of ["all"]'),
+        "stalled_minutes": Param("int", minimum=1, maximum=1440, description="minutes a turn may go without output before it counts as stalled"),
+        "heartbeat_minutes": Param("int", minimum=5, maximum=1440, description="a heartbeat event every this many minutes"),
+        "digest_minutes": Param("int", minimum=1, maximum=1440, description="gather events into one message every this many minutes"),
+        "quiet_hours": Param(
+            "object", fields=QUIET_HOURS_FIELDS,
+            description='hold events back daily, e.g. {"from": "23:00", "to": "06:00", "tz": "Europe/Berlin"}',
+        ),
+        "exclude": Param(
+            "list", items=Param("str"), max_items=MAX_SESSIONS_NAMED,
+            description='session ids left out of ["all"]',
+        ),
     },
     level="read",
     writes=True,
@@ -174,8 +190,7 @@ def _events(given: list[Any] | None) -> list[str]:
     return list(dict.fromkeys(item.strip().lower() for item in given))
 
 
-@action(
-    "unsubscribe",
+@action("unsubscribe",
     params={"relay": RELAY, "subscription_id": Param("str", required=True, max_length=64, description='an id sub_…, or "all"')},
     level="read",
     writes=True,
@@ -211,9 +226,11 @@ def unsubscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-@action(
-    "list_subscriptions",
-    params={"relay": RELAY, "watcher": Param("str", max_length=64, description="another conversation's session id")},
+@action("list_subscriptions",
+    params={
+        "relay": RELAY,
+        "watcher": Param("str", max_length=64, description="another conversation's session id; default: this one"),
+    },
     level="read",
     relay_optional=True,
 )
@@ -232,8 +249,7 @@ def list_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]
     }
 
 
-@action(
-    "transfer_subscriptions",
+@action("transfer_subscriptions",
     params={"relay": RELAY, "from": Param("str", required=True, max_length=64, description="a conversation's session id")},
     level="read",
     writes=True,

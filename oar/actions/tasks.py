@@ -20,13 +20,15 @@ NOTE_GONE = "The task's output file is gone (removed or never written); only the
 NOTE_STARTING = "The task is starting and has written no output yet; call read_task_output again in a few seconds."
 
 
-@action(
-    "read_task_output",
+@action("read_task_output",
     params={
         "relay": RELAY,
         "session": SESSION,
         "task_id": Param("str", required=True, max_length=64, description="a task id from list_sessions or read_session"),
-        "lines": Param("int", minimum=1, maximum=defaults.TASK_OUTPUT_LINES_MAX),
+        "lines": Param(
+            "int", minimum=1, maximum=defaults.TASK_OUTPUT_LINES_MAX,
+            description=f"how many of the last lines (default {defaults.TASK_OUTPUT_LINES_DEFAULT})",
+        ),
     },
     level="read",
 )

@@ -23,9 +23,16 @@ def main(argv: list[str] | None = None) -> int:
     token = commands.add_parser("token", help="mint a token")
     token.add_argument("--owner", action="store_true", help="replace the owner token")
     token.add_argument("--session", help="a new agent token for this session id")
-    call = commands.add_parser("call", help="call relay_tool: oar call <action> key=value…")
-    call.add_argument("action")
+    # `oar call --help` and `oar call <action> --help` are generated from the action registry.
+    call = commands.add_parser("call", help="call relay_tool: oar call <action> key=value…", add_help=False)
+    call.add_argument(
+        "-h", "--help", action="store_true", dest="show_help", help="list the actions, or an action's arguments"
+    )
+    call.add_argument("action", nargs="?")
     call.add_argument("arguments", nargs="*", help="key=value; values are JSON when they parse as JSON")
+    docs = commands.add_parser("docs", help="print a reference generated from the code: oar docs actions [--write]")
+    docs.add_argument("reference", choices=("actions",))
+    docs.add_argument("--write", action="store_true", help="write it to the project's docs/ folder instead")
     args = parser.parse_args(argv)
     logs.configure()
 
@@ -47,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         return _migrate()
     if args.command == "token":
         return _token(args.owner, args.session)
+    if args.command == "docs":
+        return _docs(args.write)
+    if args.show_help or not args.action:
+        return _call_help(args.action, shown_for_mistake=not args.show_help)
     return _call(args.action, args.arguments)
 
 
@@ -82,6 +93,36 @@ def _token(owner: bool, session_id: str | None) -> int:
             print(f"oar token: {error.message}", file=sys.stderr)
             return 1
     print(token)
+    return 0
+
+
+def _call_help(action: str | None, shown_for_mistake: bool) -> int:
+    """The actions, or one action's arguments; exit status 2 when shown for a mistake."""
+    from oar.actions import reference
+    from oar.actions.catalog import load_actions
+
+    if action is None:
+        print(reference.call_help(), end="", file=sys.stderr if shown_for_mistake else sys.stdout)
+        return 2 if shown_for_mistake else 0
+    spec = load_actions().get(action)
+    if spec is None:
+        print(f"oar call: there is no action {action!r}\n", file=sys.stderr)
+        print(reference.call_help(), end="", file=sys.stderr)
+        return 2
+    print(reference.action_help(spec), end="")
+    return 0
+
+
+def _docs(write: bool) -> int:
+    """docs/actions.md, printed or written."""
+    from oar.actions import reference
+
+    text = reference.markdown()
+    if not write:
+        print(text, end="")
+        return 0
+    reference.DOCS_FILE.write_text(text, encoding="utf-8")
+    print(f"wrote {reference.DOCS_FILE.name}")
     return 0
 
 

@@ -13,7 +13,8 @@ silently when empty, listed in `ignored` otherwise, or rejected by strict action
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from oar.core import defaults
@@ -22,7 +23,12 @@ from oar.core.errors import invalid
 
 @dataclass(frozen=True)
 class Param:
-    """One argument: its type, whether it is required, and its allowed values."""
+    """One argument: its type, whether it is required, and its allowed values.
+
+    `check_fields` checks the kind, `required`, `choices`, the range and `max_length`. The
+    shape fields below it (`items`, `max_items`, `fields`, `alternatives`) only describe, for
+    the JSON Schemas, what the handler itself checks inside a list, an object or an `any`.
+    """
 
     kind: str  # str | int | bool | list | object | any
     required: bool = False
@@ -31,6 +37,15 @@ class Param:
     maximum: int | None = None
     max_length: int | None = None
     description: str = ""
+    # "X needs Y (description)": False keeps a required argument's refusal without it.
+    hint_when_missing: bool = True
+    # list: what each item is, and how many there may be.
+    items: Param | None = None
+    max_items: int | None = None
+    # object: its fields.
+    fields: Mapping[str, Param] = field(default_factory=dict, hash=False)
+    # any: the shapes the value may take.
+    alternatives: tuple[Param, ...] = ()
 
 
 def is_empty(value: Any) -> bool:
@@ -82,7 +97,7 @@ def check_fields(
 
 
 def _hint(param: Param) -> str:
-    return f" ({param.description})" if param.description else ""
+    return f" ({param.description})" if param.description and param.hint_when_missing else ""
 
 
 def _checked(action: str, nothing: str, name: str, param: Param, value: Any) -> Any:

@@ -21,6 +21,7 @@ import redis
 from oar import providers
 from oar.actions.context import CallContext
 from oar.actions.dispatch import dispatch
+from oar.actions.schema import relay_tool, system_prompt
 from oar.approvals import cards, questions
 from oar.background import tasks
 from oar.core import events, ids, jobs
@@ -206,6 +207,8 @@ def execute(runtime: Runtime, turn: Message) -> None:
         connect_timeout=runtime.time("PROVIDER_CONNECT_TIMEOUT_SECONDS"),
         read_timeout=runtime.time("PROVIDER_READ_TIMEOUT_SECONDS"),
         history=lambda: history_of(session.id, turn.seq),
+        system_prompt=system_prompt(),
+        relay_tool=relay_tool(),
     )
     stream = PartialWriter(turn.id, runtime.time("PARTIAL_WRITE_SECONDS"))
     failure: str | None = None

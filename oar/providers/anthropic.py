@@ -11,8 +11,6 @@ from typing import Any
 
 from oar.providers.base import TextDelta, Usage
 from oar.providers.llm import (
-    RELAY_TOOL_DESCRIPTION,
-    RELAY_TOOL_PARAMETERS,
     EventParser,
     Finish,
     LLMProvider,
@@ -57,15 +55,14 @@ def build_body(request: WireRequest) -> dict[str, Any]:
     if messages:
         last = messages[-1]["content"][-1]
         messages[-1]["content"][-1] = {**last, "cache_control": EPHEMERAL}
-    body: dict[str, Any] = {
-        "model": request.model,
-        "max_tokens": request.max_tokens,
-        "system": [{"type": "text", "text": request.system, "cache_control": EPHEMERAL}],
-        "messages": messages,
-        "stream": True,
-    }
-    if request.tools:
-        body["tools"] = [{"name": "relay_tool", "description": RELAY_TOOL_DESCRIPTION, "input_schema": RELAY_TOOL_PARAMETERS}]
+    body: dict[str, Any] = {"model": request.model, "max_tokens": request.max_tokens}
+    if request.system:
+        body["system"] = [{"type": "text", "text": request.system, "cache_control": EPHEMERAL}]
+    body.update(messages=messages, stream=True)
+    if request.tool is not None:
+        body["tools"] = [
+            {"name": request.tool.name, "description": request.tool.description, "input_schema": request.tool.parameters}
+        ]
     return body
 
 

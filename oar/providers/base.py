@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from oar.core.schema import ToolDefinition
+
 
 @dataclass(frozen=True)
 class TextDelta:
@@ -97,6 +99,11 @@ class TurnRequest:
     connect_timeout: float = 10.0
     read_timeout: float = 120.0
     history: Callable[[], list[dict[str, str]]] = list
+    # What the engine gives every LLM turn from the action registry (providers sit below the
+    # actions and never build these): the system prompt, byte-stable from turn to turn, and
+    # the relay_tool function. Empty and None: the model is given neither.
+    system_prompt: str = ""
+    relay_tool: ToolDefinition | None = None
 
 
 @dataclass

@@ -11,8 +11,6 @@ from typing import Any
 
 from oar.providers.base import TextDelta, Usage
 from oar.providers.llm import (
-    RELAY_TOOL_DESCRIPTION,
-    RELAY_TOOL_PARAMETERS,
     EventParser,
     Finish,
     LLMProvider,
@@ -29,7 +27,7 @@ FINISH_REASONS = {"stop": "stop", "length": "length", "tool_calls": "tool_calls"
 
 
 def build_body(request: WireRequest) -> dict[str, Any]:
-    messages: list[dict[str, Any]] = [{"role": "system", "content": request.system}]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": request.system}] if request.system else []
     for message in request.messages:
         if message.role == "tool":
             messages.append({"role": "tool", "tool_call_id": message.call_id, "content": message.text})
@@ -51,10 +49,12 @@ def build_body(request: WireRequest) -> dict[str, Any]:
         "stream_options": {"include_usage": True},
         "max_tokens": request.max_tokens,
     }
-    if request.tools:
+    if request.tool is not None:
         body["tools"] = [{
             "type": "function",
-            "function": {"name": "relay_tool", "description": RELAY_TOOL_DESCRIPTION, "parameters": RELAY_TOOL_PARAMETERS},
+            "function": {
+                "name": request.tool.name, "description": request.tool.description, "parameters": request.tool.parameters,
+            },
         }]
     if request.effort:
         body["reasoning_effort"] = request.effort

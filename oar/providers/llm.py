@@ -15,6 +15,7 @@ from typing import Any
 
 import requests
 
+from oar.core.schema import ToolDefinition
 from oar.providers.base import (
     OutputTruncated,
     Provider,
@@ -38,33 +39,10 @@ BACKOFF_SECONDS = (1.0, 4.0, 15.0)
 # Longest retry-after the relay waits inside a turn.
 MAX_RETRY_AFTER_SECONDS = 60.0
 
-# Byte-stable from turn to turn, so prompt caches hit from position 0 (SPEC §11).
-SYSTEM_PROMPT = (
-    "You are an agent session on an OAR relay. Besides answering, you can act on relays with the "
-    "relay_tool function: pass an object with `action` and that action's arguments, e.g. "
-    '{"action": "list_sessions", "relay": "this"} or {"action": "create_session", "relay": "this", '
-    '"text": "…"}. Actions: list_relays, relay_info, usage, list_sessions, read_session, '
-    "read_task_output, wait, send, create_session, update_session, answer_question, stop, archive, "
-    "subscribe, unsubscribe, list_subscriptions, schedule, list_schedules, unschedule, ask, "
-    "list_questions, withdraw. Results are JSON objects with ok, and code and error when refused."
-)
 CONTINUE_PROMPT = (
     "Your previous answer was cut off by the output limit. Continue exactly where it stopped, "
     "without repeating anything and without any preamble."
 )
-RELAY_TOOL_DESCRIPTION = (
-    "Act on OAR relays as this session: list, read, create and prompt sessions, wait for replies, "
-    "subscribe, schedule, ask. Pass `action` and the action's arguments in one object."
-)
-RELAY_TOOL_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "action": {"type": "string", "description": "the action, e.g. list_sessions, create_session, send, wait"},
-        "relay": {"type": "string", "description": '"this" or a relay name from list_relays'},
-    },
-    "required": ["action"],
-    "additionalProperties": True,
-}
 
 
 # What a parser reports, besides TextDelta and Usage -----------------------------------
@@ -126,10 +104,11 @@ class WireMessage:
 @dataclass
 class WireRequest:
     model: str
+    # The system prompt and the relay_tool function the engine passes in (empty, None: none).
     system: str
     messages: list[WireMessage]
     max_tokens: int
-    tools: bool
+    tool: ToolDefinition | None
     effort: str | None
 
 
@@ -223,8 +202,8 @@ class LLMProvider(Provider):
         try:
             while not control.cancelled.is_set():
                 wire = WireRequest(
-                    model=model, system=SYSTEM_PROMPT, messages=conversation.messages, max_tokens=budget,
-                    tools=True, effort=request.effort,
+                    model=model, system=request.system_prompt, messages=conversation.messages, max_tokens=budget,
+                    tool=request.relay_tool, effort=request.effort,
                 )
                 result = PassResult()
                 try:

@@ -9,8 +9,6 @@ from typing import Any
 
 from oar.providers.base import TextDelta, Usage
 from oar.providers.llm import (
-    RELAY_TOOL_DESCRIPTION,
-    RELAY_TOOL_PARAMETERS,
     EventParser,
     Finish,
     LLMProvider,
@@ -37,15 +35,15 @@ def build_body(request: WireRequest) -> dict[str, Any]:
             items.append({"role": "user", "content": [{"type": "input_text", "text": message.text}]})
     body: dict[str, Any] = {
         "model": request.model,
-        "instructions": request.system,
+        **({"instructions": request.system} if request.system else {}),
         "input": items,
         "stream": True,
         "store": False,
         "max_output_tokens": request.max_tokens,
     }
-    if request.tools:
-        body["tools"] = [{"type": "function", "name": "relay_tool", "description": RELAY_TOOL_DESCRIPTION,
-                          "parameters": RELAY_TOOL_PARAMETERS}]
+    if request.tool is not None:
+        body["tools"] = [{"type": "function", "name": request.tool.name, "description": request.tool.description,
+                          "parameters": request.tool.parameters}]
     if request.effort:
         body["reasoning"] = {"effort": request.effort}
     return body
