@@ -11,6 +11,7 @@ from pathlib import Path
 from oar.actions.catalog import ordered_actions
 from oar.actions.registry import ActionSpec
 from oar.actions.schema import RELAY_TOOL_NAME, action_signature, required_arguments
+from oar.approvals import cards
 from oar.core.fields import Param
 from oar.core.schema import limits_text, type_text
 
@@ -42,6 +43,10 @@ def notes(spec: ActionSpec) -> list[str]:
         lines.append("Refuses arguments it does not take (other actions ignore them and list them in `ignored`).")
     for name, sentence in spec.refused_args:
         lines.append(f"`{name}` is refused: {sentence}")
+    for reason in spec.approval:
+        lines.append(f"Waits for the owner's approval card: {cards.why(reason)}.")
+    if spec.writes or spec.writes_with:
+        lines.append("In ask or plan mode every call of it waits for the owner's approval card.")
     if spec.nothing:
         lines.append(f'A refused call changes nothing and its error ends "{spec.nothing}"')
     return lines

@@ -108,7 +108,7 @@ def approve(ctx: Asker, request: Request) -> None:
     if turn is None:
         raise ActionError(
             "REMOTE_RELAY_NO_ACTIVE_TURN",
-            f"{request.action} needs the owner's approval ({_why(reasons[0])}), and this conversation has no "
+            f"{request.action} needs the owner's approval ({why(reasons[0])}), and this conversation has no "
             "running turn to show the card in. Ask the user to allow it from a turn of this conversation. "
             f"{request.nothing}".strip(),
         )
@@ -329,7 +329,7 @@ def _settings_line(request: Request) -> str:
     return " · ".join(parts)
 
 
-def _why(reason: str) -> str:
+def why(reason: str) -> str:
     return {
         "loop": f"{loop.THRESHOLD} prompts to other sessions since the user last wrote here",
         "transfer": "moving subscriptions always needs it",
@@ -341,7 +341,7 @@ def _why(reason: str) -> str:
 
 
 def _also(reason: str) -> str:
-    return f"Also asked because: {_why(reason)}."
+    return f"Also asked because: {why(reason)}."
 
 
 def _refusal(card: Card, outcome: str, request: Request) -> ActionError:
