@@ -34,12 +34,12 @@ def dispatch(ctx: CallContext, payload: Any) -> tuple[int, dict[str, Any]]:
         reference = secrets.token_hex(4)
         action_name = payload.get("action") if isinstance(payload, dict) else None
         log.exception("relay_tool %s failed (log reference %s)", action_name, reference)
-        error = ActionError(
+        internal = ActionError(
             "REMOTE_RELAY_INTERNAL",
             f"The relay failed while running {action_name or 'the call'} (log reference {reference}). "
             "Its changes were rolled back.",
         )
-        return error.status, error.to_dict()
+        return internal.status, internal.to_dict()
 
 
 def _run(ctx: CallContext, payload: Any) -> dict[str, Any]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, jsonify, request
+from flask import Blueprint, Response, jsonify, request
+from flask.typing import ResponseReturnValue
 
 from oar.core.errors import invalid
 from oar.core.fields import unstorable_text
@@ -41,7 +42,7 @@ def body() -> dict[str, Any]:
     return payload
 
 
-def ok(**fields: Any):  # type: ignore[no-untyped-def]
+def ok(**fields: Any) -> Response:
     return jsonify({"ok": True, **fields})
 
 
@@ -49,12 +50,12 @@ def ok(**fields: Any):  # type: ignore[no-untyped-def]
 
 
 @blueprint.get("/settings")
-def get_settings():  # type: ignore[no-untyped-def]
+def get_settings() -> ResponseReturnValue:
     return ok(settings=settings.read_settings(runtime()))
 
 
 @blueprint.patch("/settings")
-def patch_settings():  # type: ignore[no-untyped-def]
+def patch_settings() -> ResponseReturnValue:
     return ok(settings=settings.change_settings(runtime(), body()))
 
 
@@ -62,7 +63,7 @@ def patch_settings():  # type: ignore[no-untyped-def]
 
 
 @blueprint.post("/sessions")
-def create_session():  # type: ignore[no-untyped-def]
+def create_session() -> ResponseReturnValue:
     """A conversation of the user's, and the agent token its agent uses."""
     session, token, message = conversations.start_conversation(runtime(), body())
     view = conversations.session_view(session)
@@ -70,42 +71,42 @@ def create_session():  # type: ignore[no-untyped-def]
 
 
 @blueprint.get("/sessions")
-def list_sessions():  # type: ignore[no-untyped-def]
+def list_sessions() -> ResponseReturnValue:
     return ok(sessions=conversations.list_sessions(runtime()))
 
 
 @blueprint.get("/sessions/<session_id>")
-def read_session(session_id: str):  # type: ignore[no-untyped-def]
+def read_session(session_id: str) -> ResponseReturnValue:
     session, messages = conversations.read_session(runtime(), session_id)
     return ok(session=conversations.session_view(session), messages=messages)
 
 
 @blueprint.post("/sessions/<session_id>/messages")
-def write_message(session_id: str):  # type: ignore[no-untyped-def]
+def write_message(session_id: str) -> ResponseReturnValue:
     message = conversations.write_as_user(runtime(), session_id, body())
     return ok(message_id=message.id, session=message.session_id), 201
 
 
 @blueprint.post("/sessions/<session_id>/tokens")
-def new_token(session_id: str):  # type: ignore[no-untyped-def]
+def new_token(session_id: str) -> ResponseReturnValue:
     session, token = conversations.issue_token(runtime(), session_id)
     return ok(token=token, session=session.id), 201
 
 
 @blueprint.patch("/sessions/<session_id>")
-def change_session(session_id: str):  # type: ignore[no-untyped-def]
+def change_session(session_id: str) -> ResponseReturnValue:
     session = conversations.change_session_settings(runtime(), session_id, body())
     return ok(session=conversations.session_view(session))
 
 
 @blueprint.post("/sessions/<session_id>/archive")
-def archive_session(session_id: str):  # type: ignore[no-untyped-def]
+def archive_session(session_id: str) -> ResponseReturnValue:
     session = conversations.archive(runtime(), session_id)
     return ok(archived=True, session=session.id)
 
 
 @blueprint.delete("/sessions/<session_id>")
-def delete_session(session_id: str):  # type: ignore[no-untyped-def]
+def delete_session(session_id: str) -> ResponseReturnValue:
     session = conversations.delete(runtime(), session_id)
     return ok(deleted=True, session=session.id)
 
@@ -114,19 +115,19 @@ def delete_session(session_id: str):  # type: ignore[no-untyped-def]
 
 
 @blueprint.get("/inbox")
-def list_inbox():  # type: ignore[no-untyped-def]
+def list_inbox() -> ResponseReturnValue:
     """Every pending approval card and question, across sessions."""
     return ok(**inbox.inbox(runtime()))
 
 
 @blueprint.post("/cards/<card_id>")
-def decide_card(card_id: str):  # type: ignore[no-untyped-def]
+def decide_card(card_id: str) -> ResponseReturnValue:
     """The owner's Allow or Deny on an approval card."""
     return ok(card=inbox.decide_card(runtime(), card_id, body()))
 
 
 @blueprint.post("/questions/<question_id>")
-def answer_question(question_id: str):  # type: ignore[no-untyped-def]
+def answer_question(question_id: str) -> ResponseReturnValue:
     """The owner answers or dismisses a question card (ask_user or ask)."""
     return ok(question=inbox.answer_question(runtime(), question_id, body()))
 
@@ -135,22 +136,22 @@ def answer_question(question_id: str):  # type: ignore[no-untyped-def]
 
 
 @blueprint.get("/groups")
-def list_groups():  # type: ignore[no-untyped-def]
+def list_groups() -> ResponseReturnValue:
     return ok(groups=groups.list_groups(runtime()))
 
 
 @blueprint.post("/groups")
-def create_group():  # type: ignore[no-untyped-def]
+def create_group() -> ResponseReturnValue:
     return ok(group=groups.create_group(runtime(), body())), 201
 
 
 @blueprint.patch("/groups/<group_id>")
-def change_group(group_id: str):  # type: ignore[no-untyped-def]
+def change_group(group_id: str) -> ResponseReturnValue:
     return ok(group=groups.change_group(runtime(), group_id, body()))
 
 
 @blueprint.delete("/groups/<group_id>")
-def dissolve_group(group_id: str):  # type: ignore[no-untyped-def]
+def dissolve_group(group_id: str) -> ResponseReturnValue:
     """Dissolve: the members stay, ungrouped."""
     group = groups.dissolve_group(runtime(), group_id)
     return ok(dissolved=True, group=group.id)
@@ -160,17 +161,17 @@ def dissolve_group(group_id: str):  # type: ignore[no-untyped-def]
 
 
 @blueprint.get("/providers")
-def list_providers():  # type: ignore[no-untyped-def]
+def list_providers() -> ResponseReturnValue:
     return ok(providers=providers.list_providers(runtime()))
 
 
 @blueprint.get("/providers/<name>")
-def get_provider(name: str):  # type: ignore[no-untyped-def]
+def get_provider(name: str) -> ResponseReturnValue:
     return ok(provider=providers.read_provider(runtime(), name))
 
 
 @blueprint.put("/providers/<name>")
-def put_provider(name: str):  # type: ignore[no-untyped-def]
+def put_provider(name: str) -> ResponseReturnValue:
     """Create or replace a provider's configuration; models are discovered when not listed."""
     row, note = providers.save_provider(runtime(), name, body())
     fields: dict[str, Any] = {"provider": providers.stored_view(row)}
@@ -180,7 +181,7 @@ def put_provider(name: str):  # type: ignore[no-untyped-def]
 
 
 @blueprint.delete("/providers/<name>")
-def delete_provider(name: str):  # type: ignore[no-untyped-def]
+def delete_provider(name: str) -> ResponseReturnValue:
     providers.delete_provider(runtime(), name)
     return ok(deleted=True, provider=name)
 
@@ -189,13 +190,13 @@ def delete_provider(name: str):  # type: ignore[no-untyped-def]
 
 
 @blueprint.get("/schedules")
-def list_schedules():  # type: ignore[no-untyped-def]
+def list_schedules() -> ResponseReturnValue:
     """Every active schedule, and those ended within the hour (SPEC §9)."""
     return ok(schedules=schedules.list_schedules(runtime()))
 
 
 @blueprint.delete("/schedules/<schedule_id>")
-def cancel_schedule(schedule_id: str):  # type: ignore[no-untyped-def]
+def cancel_schedule(schedule_id: str) -> ResponseReturnValue:
     """The ⏰ list's Cancel: the schedule ends with endReason `unscheduled`."""
     ended, row = schedules.end_schedule(runtime(), schedule_id)
     return ok(ended=ended, schedule=schedules.schedule_view(row))
@@ -205,13 +206,13 @@ def cancel_schedule(schedule_id: str):  # type: ignore[no-untyped-def]
 
 
 @blueprint.get("/subscriptions")
-def list_subscriptions():  # type: ignore[no-untyped-def]
+def list_subscriptions() -> ResponseReturnValue:
     """Every active subscription on this relay, with its watcher."""
     return ok(subscriptions=subscriptions.list_subscriptions(runtime()))
 
 
 @blueprint.delete("/subscriptions/<subscription_id>")
-def unsubscribe(subscription_id: str):  # type: ignore[no-untyped-def]
+def unsubscribe(subscription_id: str) -> ResponseReturnValue:
     """The page's Unsubscribe: the subscription ends with endReason `unsubscribed` (SPEC §8.4)."""
     ended, row = subscriptions.end_subscription(runtime(), subscription_id)
     return ok(ended=ended, subscription=subscriptions.subscription_view(row))

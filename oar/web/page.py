@@ -24,6 +24,7 @@ from flask import (
     request,
     url_for,
 )
+from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
 
 from oar.core.errors import ActionError, invalid
@@ -66,7 +67,7 @@ def storable_ids(_endpoint: str | None, values: dict[str, Any] | None) -> None:
 
 
 @blueprint.before_request
-def guard():  # type: ignore[no-untyped-def]
+def guard() -> ResponseReturnValue | None:
     """CSRF on every POST, then the sign-in check (JSON 401 for the live endpoints)."""
     if request.method == "POST":
         page_auth.check_csrf()
@@ -173,12 +174,12 @@ def back(default: str) -> str:
     return default
 
 
-def done(message: str, default: str):  # type: ignore[no-untyped-def]
+def done(message: str, default: str) -> ResponseReturnValue:
     flash(message, "ok")
     return redirect(back(default), code=303)
 
 
-def refused(error: ActionError, default: str):  # type: ignore[no-untyped-def]
+def refused(error: ActionError, default: str) -> ResponseReturnValue:
     flash(error.message, "error")
     return redirect(back(default), code=303)
 
@@ -187,14 +188,14 @@ def refused(error: ActionError, default: str):  # type: ignore[no-untyped-def]
 
 
 @blueprint.get("/")
-def index():  # type: ignore[no-untyped-def]
+def index() -> ResponseReturnValue:
     if not page_auth.signed_in(runtime().config):
         return render_template("sign_in.html")
     return sessions_list()
 
 
 @blueprint.post("/")
-def sign_in():  # type: ignore[no-untyped-def]
+def sign_in() -> ResponseReturnValue:
     if is_owner_token(runtime().config, form_text("token").strip()):
         page_auth.sign_in(runtime().config)
         return redirect(url_for("page.index"), code=303)
@@ -202,7 +203,7 @@ def sign_in():  # type: ignore[no-untyped-def]
 
 
 @blueprint.post("/sign-out")
-def sign_out():  # type: ignore[no-untyped-def]
+def sign_out() -> ResponseReturnValue:
     page_auth.sign_out()
     return redirect(url_for("page.index"), code=303)
 
@@ -210,7 +211,7 @@ def sign_out():  # type: ignore[no-untyped-def]
 # Sessions ------------------------------------------------------------------------------------
 
 
-def sessions_list(status: int = 200, **extra: Any):  # type: ignore[no-untyped-def]
+def sessions_list(status: int = 200, **extra: Any) -> ResponseReturnValue:
     archived = request.args.get("show") == "archived"
     data = page_views.overview(archived)
     return render_template(
@@ -220,7 +221,7 @@ def sessions_list(status: int = 200, **extra: Any):  # type: ignore[no-untyped-d
 
 
 @blueprint.post("/sessions/new")
-def new_session():  # type: ignore[no-untyped-def]
+def new_session() -> ResponseReturnValue:
     values = {key: form_text(key).strip() for key in ("title", "provider", "model")}
     values["text"] = form_text("text")
     try:
@@ -231,7 +232,7 @@ def new_session():  # type: ignore[no-untyped-def]
 
 
 @blueprint.get("/sessions/<session_id>")
-def session_page(session_id: str):  # type: ignore[no-untyped-def]
+def session_page(session_id: str) -> ResponseReturnValue:
     session = sessions.resolve(session_id, runtime().relay_name())
     if session.id != session_id:  # a short id: the page lives at the full one
         return redirect(url_for("page.session_page", session_id=session.id))
@@ -239,7 +240,7 @@ def session_page(session_id: str):  # type: ignore[no-untyped-def]
 
 
 @blueprint.post("/sessions/<session_id>/messages")
-def write(session_id: str):  # type: ignore[no-untyped-def]
+def write(session_id: str) -> ResponseReturnValue:
     here = url_for("page.session_page", session_id=session_id)
     try:
         conversations.write_as_user(runtime(), session_id, payload_of({"text": form_text("text")}))
@@ -249,7 +250,7 @@ def write(session_id: str):  # type: ignore[no-untyped-def]
 
 
 @blueprint.post("/sessions/<session_id>/archive")
-def archive(session_id: str):  # type: ignore[no-untyped-def]
+def archive(session_id: str) -> ResponseReturnValue:
     here = url_for("page.session_page", session_id=session_id)
     try:
         conversations.archive(runtime(), session_id)
@@ -259,7 +260,7 @@ def archive(session_id: str):  # type: ignore[no-untyped-def]
 
 
 @blueprint.post("/sessions/<session_id>/may-create")
-def may_create(session_id: str):  # type: ignore[no-untyped-def]
+def may_create(session_id: str) -> ResponseReturnValue:
     here = url_for("page.session_page", session_id=session_id)
     allowed = form_text("may_create_sessions") == "on"
     try:
@@ -271,7 +272,7 @@ def may_create(session_id: str):  # type: ignore[no-untyped-def]
 
 
 @blueprint.post("/sessions/<session_id>/approvals")
-def approvals(session_id: str):  # type: ignore[no-untyped-def]
+def approvals(session_id: str) -> ResponseReturnValue:
     """The Allows remembered for this conversation's agent, granted ahead or revoked (SPEC §6)."""
     here = url_for("page.session_page", session_id=session_id)
     try:
@@ -285,7 +286,7 @@ def approvals(session_id: str):  # type: ignore[no-untyped-def]
 
 
 @blueprint.post("/questions/<question_id>")
-def answer(question_id: str):  # type: ignore[no-untyped-def]
+def answer(question_id: str) -> ResponseReturnValue:
     inbox_page = url_for("page.inbox")
     if form_text("dismiss"):
         fields: dict[str, Any] = {"dismiss": True}
@@ -301,7 +302,7 @@ def answer(question_id: str):  # type: ignore[no-untyped-def]
 
 
 @blueprint.post("/cards/<card_id>")
-def decide(card_id: str):  # type: ignore[no-untyped-def]
+def decide(card_id: str) -> ResponseReturnValue:
     inbox_page = url_for("page.inbox")
     decision = form_text("decision")
     try:
@@ -312,7 +313,7 @@ def decide(card_id: str):  # type: ignore[no-untyped-def]
 
 
 @blueprint.get("/inbox", endpoint="inbox")
-def inbox_view():  # type: ignore[no-untyped-def]
+def inbox_view() -> ResponseReturnValue:
     return render_template("inbox.html", page_kind="inbox", **page_views.inbox())
 
 
@@ -320,7 +321,7 @@ def inbox_view():  # type: ignore[no-untyped-def]
 
 
 @blueprint.post("/subscriptions/<subscription_id>/unsubscribe")
-def unsubscribe(subscription_id: str):  # type: ignore[no-untyped-def]
+def unsubscribe(subscription_id: str) -> ResponseReturnValue:
     try:
         ended, row = subscriptions.end_subscription(runtime(), subscription_id)
     except ActionError as error:
@@ -329,7 +330,7 @@ def unsubscribe(subscription_id: str):  # type: ignore[no-untyped-def]
 
 
 @blueprint.post("/schedules/<schedule_id>/cancel")
-def cancel_schedule(schedule_id: str):  # type: ignore[no-untyped-def]
+def cancel_schedule(schedule_id: str) -> ResponseReturnValue:
     try:
         ended, row = schedules.end_schedule(runtime(), schedule_id)
     except ActionError as error:
@@ -340,7 +341,7 @@ def cancel_schedule(schedule_id: str):  # type: ignore[no-untyped-def]
 # Settings ---------------------------------------------------------------------------------------
 
 
-def settings_page(status: int = 200, **extra: Any):  # type: ignore[no-untyped-def]
+def settings_page(status: int = 200, **extra: Any) -> ResponseReturnValue:
     values = extra.pop("values", None) or settings.read_settings(runtime())
     editing = extra.pop("provider_values", None)
     if editing is None and request.args.get("edit"):
@@ -354,7 +355,7 @@ def settings_page(status: int = 200, **extra: Any):  # type: ignore[no-untyped-d
 
 
 @blueprint.get("/settings")
-def settings_view():  # type: ignore[no-untyped-def]
+def settings_view() -> ResponseReturnValue:
     return settings_page()
 
 
@@ -364,7 +365,7 @@ def whole_number(text: str) -> Any:
 
 
 @blueprint.post("/settings")
-def save_settings():  # type: ignore[no-untyped-def]
+def save_settings() -> ResponseReturnValue:
     changes: dict[str, Any] = {name: name in request.form for name in SETTING_BOOLS}
     for name in SETTING_INTS:
         changes[name] = whole_number(form_text(name))
@@ -402,7 +403,7 @@ def comma_list(text: str) -> list[str]:
 
 
 @blueprint.post("/settings/providers")
-def save_provider():  # type: ignore[no-untyped-def]
+def save_provider() -> ResponseReturnValue:
     shown = {key: form_text(key).strip() for key in
              ("name", "kind", "base_url", "models", "default_model", "efforts", "monthly_token_cap", "command")}
     name = shown["name"]
@@ -437,7 +438,7 @@ def save_provider():  # type: ignore[no-untyped-def]
 
 
 @blueprint.post("/settings/providers/<name>/delete")
-def delete_provider(name: str):  # type: ignore[no-untyped-def]
+def delete_provider(name: str) -> ResponseReturnValue:
     here = url_for("page.settings_view") + "#providers"
     try:
         providers.delete_provider(runtime(), name)
@@ -450,7 +451,7 @@ def delete_provider(name: str):  # type: ignore[no-untyped-def]
 
 
 @blueprint.get("/live/sessions/<session_id>")
-def live_session(session_id: str):  # type: ignore[no-untyped-def]
+def live_session(session_id: str) -> ResponseReturnValue:
     session = sessions.resolve(session_id, runtime().relay_name())
     state = session_state.state_of(session, session_state.is_busy(session))
     return jsonify({
@@ -463,13 +464,13 @@ def live_session(session_id: str):  # type: ignore[no-untyped-def]
 
 
 @blueprint.get("/live/overview")
-def live_overview():  # type: ignore[no-untyped-def]
+def live_overview() -> ResponseReturnValue:
     data = page_views.overview(request.args.get("show") == "archived")
     return jsonify({"ok": True, "regions": data["versions"]})
 
 
 @blueprint.get("/live/inbox")
-def live_inbox():  # type: ignore[no-untyped-def]
+def live_inbox() -> ResponseReturnValue:
     return jsonify({"ok": True, "regions": page_views.inbox()["versions"]})
 
 
@@ -481,14 +482,14 @@ CSRF_REFUSED = (
 )
 
 
-def error_page(status: int, message: str):  # type: ignore[no-untyped-def]
+def error_page(status: int, message: str) -> ResponseReturnValue:
     """A small HTML error page for page paths (JSON for the live endpoints); never a stack trace."""
     if request.path.startswith("/live/"):
         return jsonify({"ok": False, "error": message}), status
     return render_template("error.html", status=status, message=message), status
 
 
-def http_error_page(error: HTTPException):  # type: ignore[no-untyped-def]
+def http_error_page(error: HTTPException) -> ResponseReturnValue:
     if error.code == 400 and error.description == "csrf":
         return error_page(400, CSRF_REFUSED)
     messages = {

@@ -87,7 +87,7 @@ def watching() -> dict[str, Any]:
     rows = active_subscriptions()
     named = {sid for row in rows if row.scope == "sessions" for sid in row.sessions or []}
     shown = {row.watcher_id for row in rows} | {sid for row in rows for sid in (row.sessions or [])[:3]}
-    titles = dict(Session.select(Session.id, Session.title).where(Session.id.in_(list(shown))).tuples()) if shown else {}
+    titles = _titles(shown)
     chips = []
     for row in rows:
         if row.scope == "all":
@@ -205,12 +205,18 @@ def session_questions(session_id: str) -> list[dict[str, Any]]:
     return [entry for entry in pending_questions() if entry["session"] == session_id]
 
 
+def _titles(session_ids: set[str]) -> dict[str, str]:
+    if not session_ids:
+        return {}
+    return {row.id: row.title for row in Session.select(Session.id, Session.title).where(Session.id.in_(list(session_ids)))}
+
+
 def with_asker_titles(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Questions with the title of the conversation that asked (asks about another session)."""
     asker_ids = {e["askedBy"] for e in entries if e.get("askedBy") and e["askedBy"] != e["session"]}
-    titles = dict(Session.select(Session.id, Session.title).where(Session.id.in_(list(asker_ids))).tuples()) if asker_ids else {}
+    titles = _titles(asker_ids)
     for entry in entries:
-        entry["askedByTitle"] = titles.get(entry.get("askedBy"))
+        entry["askedByTitle"] = titles.get(entry.get("askedBy") or "")
     return entries
 
 
@@ -266,7 +272,7 @@ def session_versions(
 
 
 def inbox() -> dict[str, Any]:
-    data = {"questions": with_asker_titles(pending_questions()), "cards": pending_cards()}
+    data: dict[str, Any] = {"questions": with_asker_titles(pending_questions()), "cards": pending_cards()}
     data["versions"] = {
         "nav": digest(inbox_count()),
         "inbox": digest([[q["id"] for q in data["questions"]], [c["id"] for c in data["cards"]]]),
