@@ -25,6 +25,7 @@ from oar.core.models import Approval, Card, Message, Session
 from oar.core.runtime import Runtime
 from oar.core.signals import publish, turn_channel
 from oar.core.timeutil import iso, utcnow
+from oar.core.waiting import Look, not_yet, settled, wait_on_signals
 
 # The Allows remembered per conversation and relay.
 REMEMBERED = ("create_sessions", "watch_sessions", "change_other_sessions")
@@ -167,24 +168,27 @@ def _create(ctx: Asker, caller: Session, turn: Message, request: Request, reason
 def _await(runtime: Runtime, card_id: str, turn_id: str) -> str:
     """Block until the card is decided, its turn ends, or it expires; returns its final status."""
     namespace = runtime.config.namespace
-    with runtime.hub.watch(card_channel(namespace, card_id), turn_channel(namespace, turn_id)) as woken:
-        while True:
-            woken.clear()
-            card = Card.get_by_id(card_id)
-            turn = Message.get_or_none(Message.id == turn_id)
-            release_connection()
-            if card.status != "pending":
-                return card.status
-            now = utcnow()
-            if turn is None or turn.stop_requested or turn.status not in LIVE:
-                _end(card_id, "withdrawn", now)
-                continue
-            if now >= card.expires_at:
-                _end(card_id, "expired", now)
-                continue
-            # A decision and the turn's end arrive by signal; a stop is seen within the poll period.
-            remaining = (card.expires_at - now).total_seconds()
-            woken.wait(min(runtime.time("STOP_POLL_SECONDS"), remaining))
+
+    def look() -> Look[str]:
+        card = Card.get_by_id(card_id)
+        turn = Message.get_or_none(Message.id == turn_id)
+        release_connection()
+        if card.status != "pending":
+            return settled(card.status)
+        now = utcnow()
+        if turn is None or turn.stop_requested or turn.status not in LIVE:
+            _end(card_id, "withdrawn", now)
+            return not_yet(card.status, again_within=0)
+        if now >= card.expires_at:
+            _end(card_id, "expired", now)
+            return not_yet(card.status, again_within=0)
+        return not_yet(card.status, again_within=(card.expires_at - now).total_seconds())
+
+    # A decision and the turn's end arrive by signal; a stop is seen within the poll period.
+    return wait_on_signals(
+        runtime, [card_channel(namespace, card_id), turn_channel(namespace, turn_id)], look,
+        recheck_seconds=runtime.time("STOP_POLL_SECONDS"),
+    )
 
 
 def _end(card_id: str, status: str, now: datetime) -> bool:

@@ -24,6 +24,11 @@ def turn_channel(namespace: str, message_id: str) -> str:
     return f"{namespace}:wake:turn:{message_id}"
 
 
+def turn_started_channel(namespace: str, session_id: str) -> str:
+    """Signalled when a turn of the session starts running (an attached external agent waits on it)."""
+    return f"{namespace}:wake:started:{session_id}"
+
+
 def stop_channel(namespace: str, message_id: str) -> str:
     return f"{namespace}:stop:{message_id}"
 

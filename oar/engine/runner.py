@@ -29,6 +29,7 @@ from oar.core.models import Message, Question, Session
 from oar.core.runtime import Runtime
 from oar.core.signals import publish, stop_channel
 from oar.core.timeutil import utcnow
+from oar.core.waiting import Look, not_yet, settled, wait_on_signals
 from oar.providers import usage
 from oar.providers.base import (
     Activity,
@@ -178,6 +179,8 @@ def execute(runtime: Runtime, turn: Message) -> None:
         cap = usage.token_cap(provider)
         finish(runtime, turn, "failed", "", f"{provider.name} is over its monthly token cap of {cap:,}; the turn did not run.")
         return
+    if provider.kind == "external":  # the attached process long-polls for this turn
+        external.announce(runtime, session.id)
     model = provider.model_for(turn.model)
     if model != turn.model:  # a model that no longer belongs to the provider is not sent (SPEC §11)
         Message.update(model=model).where(Message.id == turn.id).execute()
@@ -368,21 +371,26 @@ def ask_user(
 
 
 def _wait_for_answer(runtime: Runtime, question_id: str, control: TurnControl) -> str | None:
-    channel = questions.question_channel(runtime.config.namespace, question_id)
-    with runtime.hub.watch(channel) as answered:
-        while not control.cancelled.is_set():
-            answered.clear()
-            card = Question.get_by_id(question_id)
-            release_connection()
-            if card.status == "answered":
-                return card.answer
-            if card.status == "dismissed":
-                return "(dismissed)"
-            if card.status != "pending":
-                return None
-            # The answer arrives by signal; a stop is seen within the stop-poll period.
-            answered.wait(runtime.time("STOP_POLL_SECONDS"))
-    return None
+    """The answer, "(dismissed)", or None when the turn was stopped or the card ended unanswered."""
+
+    def look() -> Look[str | None]:
+        if control.cancelled.is_set():
+            return settled(None)
+        card = Question.get_by_id(question_id)
+        release_connection()
+        if card.status == "answered":
+            return settled(card.answer)
+        if card.status == "dismissed":
+            return settled("(dismissed)")
+        if card.status != "pending":
+            return settled(None)
+        return not_yet(None)
+
+    # The answer arrives by signal; a stop is seen within the stop-poll period.
+    return wait_on_signals(
+        runtime, [questions.question_channel(runtime.config.namespace, question_id)], look,
+        recheck_seconds=runtime.time("STOP_POLL_SECONDS"),
+    )
 
 
 def start_task(runtime: Runtime, session_id: str, turn_id: str, command: str) -> str:

@@ -17,6 +17,8 @@ import redis
 from oar.core.db import release_connection
 from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
+from oar.core.signals import publish, turn_started_channel
+from oar.core.waiting import Look, wait_on_signals
 
 # How long a turn's undelivered posts are kept in Redis.
 EVENTS_KEEP_SECONDS = 3600
@@ -34,6 +36,28 @@ def running_turn(session: Session) -> Message | None:
     turn = Message.get_or_none((Message.id == session.active_turn) & Message.status.in_(OPEN))
     release_connection()
     return turn
+
+
+def announce(runtime: Runtime, session_id: str) -> None:
+    """A turn of the session started running: wake the attached process's long poll."""
+    publish(runtime.redis, turn_started_channel(runtime.config.namespace, session_id))
+
+
+def next_turn(runtime: Runtime, session_id: str, seconds: float) -> Message | None:
+    """The turn the attached process should work on, waiting up to `seconds` for one to start.
+
+    Wakes on `announce`, and looks again every `WAIT_RECHECK_SECONDS` in case a signal was
+    lost; holds no database connection meanwhile.
+    """
+
+    def look() -> Look[Message | None]:
+        turn = running_turn(Session.get_by_id(session_id))
+        return Look(turn, settled=turn is not None)
+
+    return wait_on_signals(
+        runtime, [turn_started_channel(runtime.config.namespace, session_id)], look,
+        recheck_seconds=runtime.time("WAIT_RECHECK_SECONDS"), seconds=seconds,
+    )
 
 
 def post(runtime: Runtime, turn_id: str, event: dict[str, Any]) -> None:
