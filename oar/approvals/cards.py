@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from oar.core import defaults, ids
+from oar.core import defaults, ids, keys
 from oar.core.db import release_connection, write_transaction
 from oar.core.errors import ActionError, invalid, not_found
 from oar.core.models import Approval, Card, Message, Session
 from oar.core.runtime import Runtime
-from oar.core.signals import publish, turn_channel
+from oar.core.signals import publish
 from oar.core.timeutil import iso, utcnow
 from oar.core.waiting import Look, not_yet, settled, wait_on_signals
 
@@ -34,10 +34,6 @@ LIVE = ("running", "waiting_for_answer")
 # The card's sentence comes from the first of its reasons in this order.
 PRIORITY = ("loop", "transfer", "change_other_sessions", "create_sessions", "watch_sessions", "mode")
 EXCERPT_CHARS = 200
-
-
-def card_channel(namespace: str, card_id: str) -> str:
-    return f"{namespace}:wake:card:{card_id}"
 
 
 class Asker(Protocol):
@@ -186,7 +182,7 @@ def _await(runtime: Runtime, card_id: str, turn_id: str) -> str:
 
     # A decision and the turn's end arrive by signal; a stop is seen within the poll period.
     return wait_on_signals(
-        runtime, [card_channel(namespace, card_id), turn_channel(namespace, turn_id)], look,
+        runtime, [keys.card_channel(namespace, card_id), keys.turn_channel(namespace, turn_id)], look,
         recheck_seconds=runtime.time("STOP_POLL_SECONDS"),
     )
 
@@ -222,7 +218,7 @@ def decide(runtime: Runtime, card_id: str, decision: str) -> dict[str, Any]:
     if not decided:
         current = Card.get_by_id(card.id).status
         raise invalid(f"Card {card.id} is {current}, not pending. {nothing}")
-    publish(runtime.redis, card_channel(runtime.config.namespace, card.id))
+    publish(runtime.redis, keys.card_channel(runtime.config.namespace, card.id))
     return shape(Card.get_by_id(card.id))
 
 

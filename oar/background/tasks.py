@@ -39,7 +39,7 @@ from typing import Any
 import redis
 
 from oar.background import task_output
-from oar.core import events, jobs, settings
+from oar.core import events, jobs, keys, settings
 from oar.core.db import release_connection, write_transaction
 from oar.core.errors import ActionError, invalid, not_found
 from oar.core.models import Message, Session, Task
@@ -78,10 +78,6 @@ REPORTED_STATUSES = {"completed": "completed", "failed": "failed", "killed": "ki
 
 def new_id() -> str:
     return "".join(secrets.choice(_ID_ALPHABET) for _ in range(8))
-
-
-def stop_channel(namespace: str, task_id: str) -> str:
-    return f"{namespace}:taskstop:{task_id}"
 
 
 def output_dir(runtime: Runtime) -> Path:
@@ -202,7 +198,7 @@ def request_stop(runtime: Runtime, task: Task) -> bool:
         return finish(runtime, task.id, "killed", None, AGENT_STOP_TEXT) == "killed"
     changed = Task.update(stop_requested=True).where((Task.id == task.id) & (Task.status == "running")).execute()
     if changed:
-        publish(runtime.redis, stop_channel(runtime.config.namespace, task.id))
+        publish(runtime.redis, keys.task_stop_channel(runtime.config.namespace, task.id))
     return bool(changed)
 
 
@@ -276,7 +272,7 @@ def run(runtime: Runtime, task_id: str) -> str | None:
 
 def _watch(runtime: Runtime, task: Task, process: subprocess.Popen[bytes]) -> bool:
     """Heartbeat, output time and stop requests until the process exits; True if it was killed."""
-    channel = stop_channel(runtime.config.namespace, task.id)
+    channel = keys.task_stop_channel(runtime.config.namespace, task.id)
     exited = threading.Event()
 
     def wait_for_exit() -> None:
@@ -469,7 +465,7 @@ def reconcile(runtime: Runtime, now: datetime) -> dict[str, int]:
 
 
 def _first_nudge_in_a_while(runtime: Runtime, task_id: str) -> bool:
-    key = f"{runtime.config.namespace}:tasknudged:{task_id}"
+    key = keys.task_nudge(runtime.config.namespace, task_id)
     seconds = max(1, int(12 * runtime.time("RECONCILE_SECONDS")))
     try:
         return bool(runtime.redis.set(key, b"1", nx=True, ex=seconds))

@@ -19,6 +19,7 @@ import redis
 
 from oar.approvals import cards
 from oar.background import tasks
+from oar.core import keys
 from oar.core.db import lock_rows, write_transaction
 from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
@@ -113,7 +114,7 @@ def reconcile(runtime: Runtime, now: datetime) -> Reconciled:
 def _first_nudge_in_a_while(runtime: Runtime, session_id: str) -> bool:
     """At most one re-enqueue per session per 12 reconcile periods (a minute by default),
     so that turns waiting for a free worker don't flood the queue with duplicates."""
-    key = f"{runtime.config.namespace}:nudged:{session_id}"
+    key = keys.turns_nudge(runtime.config.namespace, session_id)
     seconds = max(1, int(12 * runtime.time("RECONCILE_SECONDS")))
     try:
         return bool(runtime.redis.set(key, b"1", nx=True, ex=seconds))

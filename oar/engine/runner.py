@@ -23,11 +23,11 @@ from oar.actions.context import CallContext
 from oar.actions.dispatch import dispatch
 from oar.approvals import cards, questions
 from oar.background import tasks
-from oar.core import events, ids, jobs
+from oar.core import events, ids, jobs, keys
 from oar.core.db import database, lock_rows, release_connection, write_transaction
 from oar.core.models import Message, Question, Session
 from oar.core.runtime import Runtime
-from oar.core.signals import publish, stop_channel
+from oar.core.signals import publish
 from oar.core.timeutil import utcnow
 from oar.core.waiting import Look, not_yet, settled, wait_on_signals
 from oar.providers import usage
@@ -148,13 +148,13 @@ class TurnWatcher(threading.Thread):
     def finish(self) -> None:
         """End the watch at once: the thread may be blocked waiting for a stop signal."""
         self.finished.set()
-        publish(self.runtime.redis, stop_channel(self.runtime.config.namespace, self.turn_id))
+        publish(self.runtime.redis, keys.turn_stop_channel(self.runtime.config.namespace, self.turn_id))
         self.join(timeout=5)
 
     def _subscribe(self) -> Any:
         try:
             pubsub = self.runtime.redis.pubsub(ignore_subscribe_messages=True)
-            pubsub.subscribe(stop_channel(self.runtime.config.namespace, self.turn_id))
+            pubsub.subscribe(keys.turn_stop_channel(self.runtime.config.namespace, self.turn_id))
             return pubsub
         except redis.RedisError:
             return None
@@ -388,7 +388,7 @@ def _wait_for_answer(runtime: Runtime, question_id: str, control: TurnControl) -
 
     # The answer arrives by signal; a stop is seen within the stop-poll period.
     return wait_on_signals(
-        runtime, [questions.question_channel(runtime.config.namespace, question_id)], look,
+        runtime, [keys.question_channel(runtime.config.namespace, question_id)], look,
         recheck_seconds=runtime.time("STOP_POLL_SECONDS"),
     )
 
@@ -441,7 +441,7 @@ NOTE_SECONDS = 30 * 86_400
 
 
 def _note_key(runtime: Runtime, session_id: str, key: str) -> str:
-    return f"{runtime.config.namespace}:providernote:{session_id}:{key}"
+    return keys.provider_note(runtime.config.namespace, session_id, key)
 
 
 def recall(runtime: Runtime, session_id: str, key: str) -> str | None:

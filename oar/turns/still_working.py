@@ -10,9 +10,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from oar.core import keys
 from oar.core.models import Message, Task
 from oar.core.runtime import Runtime
-from oar.core.signals import turn_channel
 from oar.core.timeutil import utcnow
 from oar.core.waiting import Look, not_yet, settled, wait_on_signals
 
@@ -46,7 +46,7 @@ def still_working(runtime: Runtime, turn: Message, seconds: float) -> list[Task]
         return not_yet(running, again_within=(done_at - now).total_seconds())
 
     return wait_on_signals(
-        runtime, [turn_channel(runtime.config.namespace, turn.id)], look,
+        runtime, [keys.turn_channel(runtime.config.namespace, turn.id)], look,
         recheck_seconds=runtime.time("WAIT_RECHECK_SECONDS"), seconds=seconds,
     )
 

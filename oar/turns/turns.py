@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from oar.approvals import questions
-from oar.core import defaults, ids, jobs
+from oar.core import defaults, ids, jobs, keys
 from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
-from oar.core.signals import publish, stop_channel, turn_channel
+from oar.core.signals import publish
 from oar.core.timeutil import iso, utcnow
 from oar.core.waiting import Look, wait_on_signals
 
@@ -206,7 +206,7 @@ def wait_for(runtime: Runtime, message_id: str, seconds: float) -> Message:
         return Look(message, settled=is_settled(message))
 
     return wait_on_signals(
-        runtime, [turn_channel(runtime.config.namespace, message_id)], look,
+        runtime, [keys.turn_channel(runtime.config.namespace, message_id)], look,
         recheck_seconds=runtime.time("WAIT_RECHECK_SECONDS"), seconds=seconds,
     )
 
@@ -233,7 +233,7 @@ def request_stop(session: Session) -> str:
 
 
 def signal_stop(runtime: Runtime, message_id: str) -> None:
-    publish(runtime.redis, stop_channel(runtime.config.namespace, message_id))
+    publish(runtime.redis, keys.turn_stop_channel(runtime.config.namespace, message_id))
 
 
 def cancel_queued(session: Session, reason: str) -> list[str]:

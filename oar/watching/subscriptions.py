@@ -30,7 +30,7 @@ import redis
 from peewee import fn
 
 from oar.background.tasks import last_output_time
-from oar.core import defaults, ids, jobs
+from oar.core import defaults, ids, jobs, keys
 from oar.core.db import database, is_sqlite, released_connection, write_transaction
 from oar.core.events import record as record_event
 from oar.core.models import (
@@ -583,7 +583,7 @@ def schedule_next(runtime: Runtime, watcher_id: str) -> None:
 
 def enqueue_due(runtime: Runtime, due: datetime, suffix: str = "") -> None:
     stamp = ceil(due.replace(tzinfo=UTC).timestamp() * 1000)  # never before `due`
-    job_id = f"dlv-{stamp}{suffix}"
+    job_id = keys.delivery_job_id(stamp, suffix)
     try:
         if due <= utcnow():
             runtime.queue.enqueue(jobs.DELIVER_DUE, stamp, job_id=job_id, result_ttl=0, failure_ttl=86_400)
@@ -623,7 +623,7 @@ def deliver_overdue(runtime: Runtime, now_reader: Any, lag_seconds: float = 0) -
 
     if not runtime.settings()["agent_sessions_enabled"]:
         return 0
-    lock = f"{runtime.config.namespace}:delivering"
+    lock = keys.delivery_lock(runtime.config.namespace)
     lease = max(1, int(runtime.time("DELIVERY_LOCK_SECONDS")))
     delivered = 0
     while True:
