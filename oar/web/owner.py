@@ -25,7 +25,7 @@ from oar.sessions import groups, sessions
 from oar.sessions import state as session_state
 from oar.sessions.folders import check_folder
 from oar.turns import automated, turns
-from oar.watching import subscriptions
+from oar.watching import lifetime, views
 from oar.web import runtime
 from oar.web.auth import require_owner
 
@@ -486,11 +486,11 @@ def end_subscription(subscription_id: str) -> tuple[bool, Subscription]:
             f'Relay "{runtime().relay_name()}" has no subscription "{subscription_id[:64]}". Nothing was changed.'
         )
     with write_transaction():
-        ended = subscriptions.end(row, "unsubscribed", utcnow())
+        ended = lifetime.end(row, "unsubscribed", utcnow())
     return ended, Subscription.get_by_id(row.id)
 
 
 def _subscription_view(row: Subscription) -> dict[str, Any]:
     watcher = Session.get_by_id(row.watcher_id)
-    return {**subscriptions.view(row), "watcher": {"id": watcher.id, "title": watcher.title}}
+    return {**views.view(row), "watcher": {"id": watcher.id, "title": watcher.title}}
 
