@@ -12,7 +12,7 @@ from datetime import datetime
 import peewee as pw
 from peewee import fn
 
-from oar.background.tasks import last_output_time
+from oar.background.task_views import last_output_time
 from oar.core import jobs
 from oar.core.db import write_transaction
 from oar.core.events import record as record_event
