@@ -11,11 +11,9 @@ import signal
 import socket
 from datetime import datetime, timedelta
 
-import redis
-
 from oar.background import tasks
 from oar.background.task_runner import signal_group
-from oar.core import keys
+from oar.core import jobs, keys
 from oar.core.db import write_transaction
 from oar.core.models import Message, Task
 from oar.core.runtime import Runtime
@@ -62,7 +60,7 @@ def reconcile(runtime: Runtime, now: datetime) -> dict[str, int]:
         (Task.status == "running") & Task.heartbeat_at.is_null() & (Task.created_at < grace_before)
         & Task.command.is_null(False)
     ):
-        if _first_nudge_in_a_while(runtime, task.id):
+        if jobs.first_nudge_in_a_while(runtime, keys.task_nudge(runtime.config.namespace, task.id)):
             tasks.enqueue(runtime, task.id)
             outcome["enqueued"] += 1
     keep_before = now - timedelta(seconds=runtime.time("TASK_OUTPUT_KEEP_SECONDS"))
@@ -75,12 +73,3 @@ def reconcile(runtime: Runtime, now: datetime) -> dict[str, int]:
         Task.update(output_path=None, output_tail=None).where(Task.id == task.id).execute()
         outcome["expired"] += 1
     return outcome
-
-
-def _first_nudge_in_a_while(runtime: Runtime, task_id: str) -> bool:
-    key = keys.task_nudge(runtime.config.namespace, task_id)
-    seconds = max(1, int(12 * runtime.time("RECONCILE_SECONDS")))
-    try:
-        return bool(runtime.redis.set(key, b"1", nx=True, ex=seconds))
-    except redis.RedisError:
-        return False

@@ -15,11 +15,9 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-import redis
-
 from oar.approvals import cards
 from oar.background import task_recovery
-from oar.core import keys
+from oar.core import jobs, keys
 from oar.core.db import lock_rows, write_transaction
 from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
@@ -98,7 +96,7 @@ def reconcile(runtime: Runtime, now: datetime) -> Reconciled:
         .distinct()
     )
     for session in waiting:
-        if _first_nudge_in_a_while(runtime, session.id):
+        if jobs.first_nudge_in_a_while(runtime, keys.turns_nudge(runtime.config.namespace, session.id)):
             start_turns(runtime, session.id)
             outcome.enqueued_sessions += 1
     # Background tasks: fail those whose worker died (and end their process), enqueue
@@ -109,14 +107,3 @@ def reconcile(runtime: Runtime, now: datetime) -> Reconciled:
     # Approval cards whose waiting call can no longer be there (its turn ended, or it expired).
     outcome.ended_cards = cards.sweep(now)
     return outcome
-
-
-def _first_nudge_in_a_while(runtime: Runtime, session_id: str) -> bool:
-    """At most one re-enqueue per session per 12 reconcile periods (a minute by default),
-    so that turns waiting for a free worker don't flood the queue with duplicates."""
-    key = keys.turns_nudge(runtime.config.namespace, session_id)
-    seconds = max(1, int(12 * runtime.time("RECONCILE_SECONDS")))
-    try:
-        return bool(runtime.redis.set(key, b"1", nx=True, ex=seconds))
-    except redis.RedisError:
-        return False
