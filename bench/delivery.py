@@ -45,7 +45,7 @@ from oar.core.db import database, open_database, write_transaction
 from oar.core.models import HeldEvent, Message, Session, Setting
 from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
-from oar.watching import subscriptions
+from oar.watching import ingest
 
 POKE_EVERY = 100
 DEADLINE_SECONDS = 900
@@ -167,7 +167,7 @@ def measure(args: argparse.Namespace) -> FanoutFigures:
             first, last, insert_seconds = insert_events(seeded.session_ids, args.events, rng, runtime)
 
             def held() -> bool:
-                cursor = Setting.get_or_none(Setting.key == subscriptions.CURSOR_KEY)
+                cursor = Setting.get_or_none(Setting.key == ingest.CURSOR_KEY)
                 return cursor is not None and int(cursor.value) >= last
 
             held_seconds = wait_for("every event held", held, started)

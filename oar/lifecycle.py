@@ -11,7 +11,7 @@ from oar.core.timeutil import utcnow
 from oar.schedules import schedules
 from oar.sessions import groups
 from oar.turns import turns
-from oar.watching import subscriptions
+from oar.watching import lifetime
 
 
 def archive(runtime: Runtime, target: Session) -> None:
@@ -34,7 +34,7 @@ def _end_work(runtime: Runtime, target: Session, reason: str, **flags: bool) -> 
         stopping = turns.request_stop(target) == "stop-queued"
         questions.end_for_session(target.id, utcnow())
         schedules.end_for_session(target.id, "deleted" if flags.get("deleted") else "archived", utcnow())
-        subscriptions.end_for_session(target.id, utcnow())
+        lifetime.end_for_session(target.id, utcnow())
     tasks.stop_all(runtime, target.id)  # background tasks end with the session (SPEC §5.11)
     for message_id in cancelled:
         runtime.signal_turn(message_id)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from oar.background import tasks
+from oar.background import task_recovery, task_runner, tasks
 from oar.core.db import database
 from oar.core.models import Task
 from oar.core.timeutil import utcnow
@@ -169,10 +169,10 @@ def test_no_worker_runs_an_agents_task_and_the_reconciler_ends_it_once_its_turn_
         outside = tasks.record_reported(relay.runtime, done["session"], done["message_id"], description="x", output_file="/etc/hostname")
         assert outside.output_path is None  # a report cannot make the relay read any file
         task = tasks.record_reported(relay.runtime, done["session"], done["message_id"], description="watch", output_file=str(output))
-        assert tasks.claim(task.id) is None  # never claimed, so never run
-        tasks.reconcile(relay.runtime, utcnow())
+        assert task_runner.claim(task.id) is None  # never claimed, so never run
+        task_recovery.reconcile(relay.runtime, utcnow())
         row = Task.get_by_id(task.id)
         assert row.status == "killed" and row.error == tasks.AGENT_GONE_TEXT and row.command is None
-        tasks.reconcile(relay.runtime, utcnow() + timedelta(hours=2))  # past the hour its output stays readable
+        task_recovery.reconcile(relay.runtime, utcnow() + timedelta(hours=2))  # past the hour its output stays readable
         assert Task.get_by_id(task.id).output_path is None
     assert output.exists()  # the agent's file is the agent's

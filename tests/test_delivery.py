@@ -107,7 +107,7 @@ def test_events_are_read_up_to_a_gap_that_may_still_commit() -> None:
     from datetime import datetime, timedelta
 
     from oar.core.models import Event
-    from oar.watching.subscriptions import committed_in_order
+    from oar.watching.ingest import committed_in_order
 
     now = datetime(2026, 11, 30, 12, 0, 0)
     grace = timedelta(seconds=10)

@@ -10,7 +10,7 @@ from typing import Any
 
 import psutil
 
-from oar.background.tasks import ORPHANED_TEXT
+from oar.background.task_recovery import ORPHANED_TEXT
 from oar.core.db import database
 from oar.core.models import Event, Task
 from oar.core.timeutil import utcnow

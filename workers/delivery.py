@@ -5,26 +5,27 @@ from __future__ import annotations
 
 from oar.core.db import database
 from oar.core.timeutil import utcnow
-from oar.watching import subscriptions
+from oar.watching import delivering
+from oar.watching.ingest import ingest_pending
 from workers.runtime import current
 
 
 def ingest() -> int:
     try:
-        return subscriptions.ingest_pending(current(), utcnow)
+        return ingest_pending(current(), utcnow)
     finally:
         database.close()
 
 
 def deliver_due(stamp: int) -> int:
     try:
-        return subscriptions.run_due_job(current(), stamp, utcnow)
+        return delivering.run_due_job(current(), stamp, utcnow)
     finally:
         database.close()
 
 
 def deliver(watcher_id: str) -> str:
     try:
-        return subscriptions.run_job(current(), watcher_id, utcnow)
+        return delivering.run_job(current(), watcher_id, utcnow)
     finally:
         database.close()

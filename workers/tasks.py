@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from oar.background import tasks
+from oar.background import task_runner
 from oar.core.db import database
 from workers.runtime import current
 
 
 def run_task(task_id: str) -> str | None:
     try:
-        return tasks.run(current(), task_id)
+        return task_runner.run(current(), task_id)
     finally:
         database.close()

@@ -24,7 +24,7 @@ from oar.sessions import state as session_state
 from oar.sessions.folders import check_folder
 from oar.turns import still_working as background
 from oar.turns import turns
-from oar.watching import subscriptions
+from oar.watching import own_prompts
 
 
 def wait_seconds(ctx: CallContext, args: dict[str, Any]) -> tuple[int, str | None]:
@@ -42,9 +42,9 @@ def waited_result(ctx: CallContext, message: Message, args: dict[str, Any]) -> d
     if seconds > 0:
         # Own-prompt suppression (SPEC §8.3): while the sender waits, a turn_end is held;
         # once it got the finished reply here, that turn_end is not delivered.
-        subscriptions.waiting_for_reply(message, ctx.caller.id, ctx.now + timedelta(seconds=seconds))
+        own_prompts.waiting_for_reply(message, ctx.caller.id, ctx.now + timedelta(seconds=seconds))
         message = turns.wait_for(ctx.runtime, message.id, seconds)
-        subscriptions.wait_ended(ctx.runtime, message, ctx.caller.id, utcnow())
+        own_prompts.wait_ended(ctx.runtime, message, ctx.caller.id, utcnow())
     else:
         message = Message.get(Message.id == message.id)
     entry = turns.result(ctx.runtime, message)

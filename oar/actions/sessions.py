@@ -11,7 +11,7 @@ from typing import Any
 from oar.actions.context import CallContext
 from oar.actions.registry import action
 from oar.approvals import questions
-from oar.background import tasks
+from oar.background import task_views
 from oar.core import defaults
 from oar.core.errors import invalid, not_found
 from oar.core.fields import Param
@@ -86,7 +86,7 @@ def list_sessions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         "sessions": sessions.listed_many(rows),
         "nextCursor": encode_cursor(rows[-1]) if more else None,
     }
-    shown = tasks.shown_for(ctx.runtime, [row.id for row in rows], ctx.now)
+    shown = task_views.shown_for(ctx.runtime, [row.id for row in rows], ctx.now)
     for entry in result["sessions"]:
         entry["tasks"] = shown.get(entry["id"], [])
     return result
@@ -134,7 +134,7 @@ def read_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         budget -= len(text)
         messages.append(_message_entry(message, text, args.get("include_activity", False)))
     messages.reverse()
-    shown_tasks = tasks.shown_for(ctx.runtime, [session.id], ctx.now).get(session.id, [])
+    shown_tasks = task_views.shown_for(ctx.runtime, [session.id], ctx.now).get(session.id, [])
     background = any(task["status"] == "running" for task in shown_tasks)
     state = session_state.state_of(session, session_state.is_busy(session), background)
     result: dict[str, Any] = {

@@ -17,7 +17,7 @@ from oar.core.fields import Param
 from oar.core.models import Session, Subscription
 from oar.core.shapes import RELAY
 from oar.sessions import sessions
-from oar.watching import delivery, subscriptions
+from oar.watching import delivery, ingest, lifetime, subscription_rules, views
 from oar.watching.quiet_hours import BadQuietHours, parse
 
 SUBSCRIBED_NOTHING = "Nothing was subscribed."
@@ -85,17 +85,17 @@ def subscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         quiet = parse(args["quiet_hours"]) if "quiet_hours" in args else None
     except BadQuietHours as error:
         raise invalid(f"{error}. {SUBSCRIBED_NOTHING}") from None
-    if subscriptions.active_of(caller.id).count() >= subscriptions.MAX_SUBSCRIPTIONS:
+    if subscription_rules.active_of(caller.id).count() >= subscription_rules.MAX_SUBSCRIPTIONS:
         raise _limit_reached()
     cards.approve(ctx, cards.Request(
         action="subscribe", nothing=SUBSCRIBED_NOTHING, target=named[0] if len(named) == 1 else None,
         lines=(_watch_line(scope, named, events, args, quiet),),
     ))
     with write_transaction():
-        if subscriptions.active_of(caller.id).count() >= subscriptions.MAX_SUBSCRIPTIONS:
+        if subscription_rules.active_of(caller.id).count() >= subscription_rules.MAX_SUBSCRIPTIONS:
             raise _limit_reached()  # another call took the last place while the card waited
         row = Subscription.create(
-            id=subscriptions.new_id(),
+            id=lifetime.new_id(),
             watcher=caller.id,
             scope=scope,
             sessions=[s.id for s in named],
@@ -110,10 +110,10 @@ def subscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             hops=ctx.hops(),
             created_at=ctx.now,
         )
-        row.idle = not subscriptions.busy(subscriptions.watched_ids(row))
+        row.idle = not subscription_rules.busy(subscription_rules.watched_ids(row))
         row.save()
-        subscriptions.ensure_cursor()
-    view = subscriptions.view(row)
+        ingest.ensure_cursor()
+    view = views.view(row)
     watched = "all sessions" if scope == "all" else f"{len(named)} session{'s' if len(named) != 1 else ''}"
     return {
         "summary": f"subscribe → {ctx.relay_name}: {row.id} watches {watched} for {', '.join(events)}",
@@ -125,7 +125,7 @@ def subscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
 def _limit_reached(nothing: str = SUBSCRIBED_NOTHING) -> ActionError:
     return ActionError(
         "REMOTE_RELAY_SUBSCRIPTION_LIMIT",
-        f"This conversation already has {subscriptions.MAX_SUBSCRIPTIONS} subscriptions; unsubscribe one first. {nothing}",
+        f"This conversation already has {subscription_rules.MAX_SUBSCRIPTIONS} subscriptions; unsubscribe one first. {nothing}",
     )
 
 
@@ -200,7 +200,7 @@ def _events(given: list[Any] | None) -> list[str]:
 def unsubscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """End one of this conversation's subscriptions, or all of them."""
     wanted = args["subscription_id"].strip()
-    active = subscriptions.active_of(ctx.caller.id)
+    active = subscription_rules.active_of(ctx.caller.id)
     if wanted.lower() == "all":
         rows = list(active)
     else:
@@ -214,12 +214,12 @@ def unsubscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     ended = []
     with write_transaction():
         for row in rows:
-            if subscriptions.end(row, "unsubscribed", ctx.now):
+            if lifetime.end(row, "unsubscribed", ctx.now):
                 ended.append(row.id)
     result: dict[str, Any] = {
         "summary": f"unsubscribe → {ctx.relay_name}: {len(ended)} ended",
         "ended": ended,
-        "subscriptions": [subscriptions.view(Subscription.get_by_id(row.id)) for row in rows],
+        "subscriptions": [views.view(Subscription.get_by_id(row.id)) for row in rows],
     }
     if wanted.lower() != "all" and not ended:
         result["note"] = f"The subscription had already ended ({rows[0].end_reason}); nothing changed."
@@ -239,8 +239,8 @@ def list_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]
     watcher = ctx.caller
     if args.get("watcher"):
         watcher = sessions.resolve(args["watcher"], ctx.relay_name)
-    rows = subscriptions.listed_for(watcher.id, ctx.now, ctx.runtime.time("SUBSCRIPTION_ENDED_LISTED_SECONDS"))
-    listed = [subscriptions.view(row) for row in rows]
+    rows = views.listed_for(watcher.id, ctx.now, ctx.runtime.time("SUBSCRIPTION_ENDED_LISTED_SECONDS"))
+    listed = [views.view(row) for row in rows]
     active = sum(1 for entry in listed if "endedAt" not in entry)
     return {
         "summary": f"list_subscriptions → {ctx.relay_name}: {active} active, {len(listed) - active} ended within the hour",
@@ -264,11 +264,11 @@ def transfer_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, 
         raise ActionError(
             "REMOTE_RELAY_OWN_SESSION", f"These subscriptions are already this conversation's. {TRANSFERRED_NOTHING}"
         )
-    moving = list(subscriptions.active_of(source.id).order_by(Subscription.created_at))
+    moving = list(subscription_rules.active_of(source.id).order_by(Subscription.created_at))
     if not moving:
         raise invalid(f"Session {source.id[:8]} has no active subscriptions. {TRANSFERRED_NOTHING}")
-    kept = subscriptions.active_of(ctx.caller.id).count()
-    if kept + len(moving) > subscriptions.MAX_SUBSCRIPTIONS:
+    kept = subscription_rules.active_of(ctx.caller.id).count()
+    if kept + len(moving) > subscription_rules.MAX_SUBSCRIPTIONS:
         raise _limit_reached(TRANSFERRED_NOTHING)
     cards.approve(ctx, cards.Request(  # always a card (SPEC §6)
         action="transfer_subscriptions", nothing=TRANSFERRED_NOTHING, target=source,
@@ -277,11 +277,11 @@ def transfer_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, 
     moved = []
     with write_transaction():
         for row in moving:
-            copy = subscriptions.transfer(row, ctx.caller, ctx.now)
+            copy = lifetime.transfer(row, ctx.caller, ctx.now)
             if copy is not None:
                 moved.append(copy)
     return {
         "summary": f"transfer_subscriptions → {ctx.relay_name}: {len(moved)} moved from session {source.id[:8]}",
         "from": source.id,
-        "subscriptions": [subscriptions.view(row) for row in moved],
+        "subscriptions": [views.view(row) for row in moved],
     }

@@ -6,7 +6,7 @@ from typing import Any
 
 from oar.actions.context import CallContext
 from oar.actions.registry import action
-from oar.background import task_output, tasks
+from oar.background import task_output, task_views, tasks
 from oar.core import defaults
 from oar.core.errors import not_found
 from oar.core.fields import Param
@@ -36,7 +36,7 @@ def read_task_output(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """The tail of a background task's output, while it runs and for an hour after it ends."""
     session = sessions.resolve(args["session"], ctx.relay_name)
     task = tasks.find(session, args["task_id"], ctx.relay_name)
-    if not tasks.is_readable(task, ctx.runtime, ctx.now):
+    if not task_views.is_readable(task, ctx.runtime, ctx.now):
         raise not_found(
             f"The output of task {task.id} ended at {iso(task.ended_at)} and is kept for "
             f"{int(ctx.runtime.time('TASK_OUTPUT_KEEP_SECONDS') // 60)} minutes after a task ends; it is gone."
@@ -67,7 +67,7 @@ def read_task_output(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             result["counts"] = tail.counts
     if task.status == "running":
         quiet_after = ctx.settings["quiet_after_minutes"]
-        result["stall"] = task_output.stall(tasks.last_output_time(task), ctx.now, quiet_after)
+        result["stall"] = task_output.stall(task_views.last_output_time(task), ctx.now, quiet_after)
     result["summary"] = _summary(ctx, session.id, task, result)
     return result
 

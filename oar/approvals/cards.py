@@ -21,13 +21,14 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from oar.approvals import loop
-from oar.core import ids
+from oar.core import ids, keys
 from oar.core.db import release_connection, write_transaction
 from oar.core.errors import ActionError, invalid, not_found
 from oar.core.models import Approval, Card, Message, Session
 from oar.core.runtime import Runtime
-from oar.core.signals import publish, turn_channel
+from oar.core.signals import publish
 from oar.core.timeutil import iso, utcnow
+from oar.core.waiting import Look, not_yet, settled, wait_on_signals
 
 # The Allows remembered per conversation and relay.
 REMEMBERED = ("create_sessions", "watch_sessions", "change_other_sessions")
@@ -39,10 +40,6 @@ LIVE = ("running", "waiting_for_answer")
 # The card's sentence comes from the first of its reasons in this order.
 PRIORITY = ("loop", "transfer", "change_other_sessions", "create_sessions", "watch_sessions", "mode")
 EXCERPT_CHARS = 200
-
-
-def card_channel(namespace: str, card_id: str) -> str:
-    return f"{namespace}:wake:card:{card_id}"
 
 
 class Asker(Protocol):
@@ -173,24 +170,27 @@ def _create(ctx: Asker, caller: Session, turn: Message, request: Request, reason
 def _await(runtime: Runtime, card_id: str, turn_id: str) -> str:
     """Block until the card is decided, its turn ends, or it expires; returns its final status."""
     namespace = runtime.config.namespace
-    with runtime.hub.watch(card_channel(namespace, card_id), turn_channel(namespace, turn_id)) as woken:
-        while True:
-            woken.clear()
-            card = Card.get_by_id(card_id)
-            turn = Message.get_or_none(Message.id == turn_id)
-            release_connection()
-            if card.status != "pending":
-                return card.status
-            now = utcnow()
-            if turn is None or turn.stop_requested or turn.status not in LIVE:
-                _end(card_id, "withdrawn", now)
-                continue
-            if now >= card.expires_at:
-                _end(card_id, "expired", now)
-                continue
-            # A decision and the turn's end arrive by signal; a stop is seen within the poll period.
-            remaining = (card.expires_at - now).total_seconds()
-            woken.wait(min(runtime.time("STOP_POLL_SECONDS"), remaining))
+
+    def look() -> Look[str]:
+        card = Card.get_by_id(card_id)
+        turn = Message.get_or_none(Message.id == turn_id)
+        release_connection()
+        if card.status != "pending":
+            return settled(card.status)
+        now = utcnow()
+        if turn is None or turn.stop_requested or turn.status not in LIVE:
+            _end(card_id, "withdrawn", now)
+            return not_yet(card.status, again_within=0)
+        if now >= card.expires_at:
+            _end(card_id, "expired", now)
+            return not_yet(card.status, again_within=0)
+        return not_yet(card.status, again_within=(card.expires_at - now).total_seconds())
+
+    # A decision and the turn's end arrive by signal; a stop is seen within the poll period.
+    return wait_on_signals(
+        runtime, [keys.card_channel(namespace, card_id), keys.turn_channel(namespace, turn_id)], look,
+        recheck_seconds=runtime.time("STOP_POLL_SECONDS"),
+    )
 
 
 def _end(card_id: str, status: str, now: datetime) -> bool:
@@ -224,7 +224,7 @@ def decide(runtime: Runtime, card_id: str, decision: str) -> dict[str, Any]:
     if not decided:
         current = Card.get_by_id(card.id).status
         raise invalid(f"Card {card.id} is {current}, not pending. {nothing}")
-    publish(runtime.redis, card_channel(runtime.config.namespace, card.id))
+    publish(runtime.redis, keys.card_channel(runtime.config.namespace, card.id))
     return shape(Card.get_by_id(card.id))
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import peewee as pw
 
-from oar.core import events, ids, jobs
+from oar.core import events, ids, jobs, keys
 from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid, not_found
 from oar.core.models import Message, Question, Session
@@ -27,10 +27,6 @@ from oar.core.timeutil import iso, utcnow
 MAX_PENDING_ASKS = 20
 # Answered, dismissed, withdrawn and ended asks stay listed this long.
 LISTED_AFTER_ENDING = timedelta(days=1)
-
-
-def question_channel(namespace: str, question_id: str) -> str:
-    return f"{namespace}:wake:question:{question_id}"
 
 
 def shape(question: Question) -> dict[str, Any]:
@@ -155,7 +151,7 @@ def settle(
             ).execute()
     if not changed:
         return False
-    publish(runtime.redis, question_channel(runtime.config.namespace, question.id))
+    publish(runtime.redis, keys.question_channel(runtime.config.namespace, question.id))
 
     jobs.poke_delivery(runtime)
     return True

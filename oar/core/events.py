@@ -7,7 +7,7 @@ records. Kinds written today:
 
 - `task_started`, `task_finished` (every task end), `task_failed` (status failed or a
   non-zero exit) — payload `{taskId, description, type, status, exitCode}`;
-- `stalled` — recorded by the clock's sweeper (`oar.subscriptions.record_stalls`) when a
+- `stalled` — recorded by the clock's sweeper (`oar.watching.engine_events.record_stalls`) when a
   running turn or task has shown no output for a `stalled_minutes` value some subscription
   watching it uses, once per value and quiet spell — payload `{turnId, prompt, status} |
   {taskId, description, type}` plus `{stalledMinutes, quietSince}`; each subscription receives
@@ -28,7 +28,7 @@ from oar.core.timeutil import utcnow
 
 KINDS = (
     "task_started", "task_finished", "task_failed", "stalled", "session_idle",
-    # Turns and questions (the delivery engine, oar/subscriptions.py): `turn_end` {turnId,
+    # Turns and questions (the delivery engine, oar/watching/): `turn_end` {turnId,
     # status, excerpt, fromSession}, `error` {turnId, error}, `question_asked` /
     # `question_answered` {questionId, question, answer}. `subagent_finished` is not written today:
     # a `task_finished` of a task of type `subagent` reaches subscriptions under that name.

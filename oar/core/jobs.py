@@ -24,6 +24,18 @@ DELIVER_DUE = "workers.delivery.deliver_due"
 DELIVER_ONE = "workers.delivery.deliver"
 
 
+def first_nudge_in_a_while(runtime: Runtime, key: str) -> bool:
+    """Whether the reconciler may enqueue a job again for what `key` names (`oar.core.keys`:
+    a session's queued turns, a task no worker took): at most once per 12 reconcile periods
+    (a minute by default), so that work waiting for a free worker does not flood the queue
+    with duplicates. False without Redis, which could not take the job anyway."""
+    seconds = max(1, int(12 * runtime.time("RECONCILE_SECONDS")))
+    try:
+        return bool(runtime.redis.set(key, b"1", nx=True, ex=seconds))
+    except redis.RedisError:
+        return False
+
+
 def poke_delivery(runtime: Runtime) -> None:
     """Ask a worker to ingest new events (after they are committed); the clock's sweeper
     does it anyway if Redis is unreachable."""

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import redis
 
+from oar.core import keys
+
 
 def retry_after(
     call_times: Sequence[float],
@@ -59,8 +61,8 @@ class RateLimiter:
         if calls_per_window <= 0 and writes_per_window <= 0:
             return None
         now = time.time()
-        calls_key = f"{self.namespace}:rate:{conversation}:calls"
-        writes_key = f"{self.namespace}:rate:{conversation}:writes"
+        calls_key = keys.rate_calls(self.namespace, conversation)
+        writes_key = keys.rate_writes(self.namespace, conversation)
         try:
             pipe = self.connection.pipeline()
             for key in (calls_key, writes_key):

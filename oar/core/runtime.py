@@ -12,9 +12,9 @@ from typing import Any
 import redis
 from rq import Queue
 
-from oar.core import settings
+from oar.core import keys, settings
 from oar.core.config import Config
-from oar.core.signals import WakeHub, publish, turn_channel
+from oar.core.signals import WakeHub, publish
 
 
 def _require_redis_url(config: Config) -> str:
@@ -70,4 +70,4 @@ class Runtime:
         return f"{self.config.base_url}/sessions/{session_id}"
 
     def signal_turn(self, message_id: str) -> None:
-        publish(self.redis, turn_channel(self.config.namespace, message_id))
+        publish(self.redis, keys.turn_channel(self.config.namespace, message_id))

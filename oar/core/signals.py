@@ -17,15 +17,9 @@ from collections.abc import Iterator
 
 import redis
 
+from oar.core import keys
+
 log = logging.getLogger(__name__)
-
-
-def turn_channel(namespace: str, message_id: str) -> str:
-    return f"{namespace}:wake:turn:{message_id}"
-
-
-def stop_channel(namespace: str, message_id: str) -> str:
-    return f"{namespace}:stop:{message_id}"
 
 
 def publish(connection: redis.Redis, channel: str) -> None:
@@ -41,7 +35,7 @@ class WakeHub:
 
     def __init__(self, connection: redis.Redis, namespace: str) -> None:
         self._connection = connection
-        self._pattern = f"{namespace}:wake:*"
+        self._pattern = keys.wake_pattern(namespace)
         self._waiters: dict[str, set[threading.Event]] = defaultdict(set)
         self._lock = threading.Lock()
         self._subscribed = threading.Event()

@@ -16,7 +16,7 @@ from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
 from oar.engine.reconciler import reconcile
 from oar.schedules.schedules import fire_due
-from oar.watching.subscriptions import sweep
+from oar.watching.sweep import sweep
 
 log = logging.getLogger("oar.clock")
 

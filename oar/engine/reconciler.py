@@ -5,7 +5,7 @@ Run by the clock every `RECONCILE_SECONDS` and once at start:
   `running`; the relay does not re-run it, because a half-run turn may have acted already;
 - a session left pointing at a turn that is no longer running is released;
 - queued turns that no worker is running are enqueued again;
-- background tasks likewise (`oar.tasks.reconcile`): a task without a heartbeat is `failed`;
+- background tasks likewise (`oar.background.task_recovery.reconcile`): a task without a heartbeat is `failed`;
 - approval cards nobody can be waiting on any more are withdrawn or expired.
 """
 
@@ -15,10 +15,9 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-import redis
-
 from oar.approvals import cards
-from oar.background import tasks
+from oar.background import task_recovery
+from oar.core import jobs, keys
 from oar.core.db import lock_rows, write_transaction
 from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
@@ -97,25 +96,14 @@ def reconcile(runtime: Runtime, now: datetime) -> Reconciled:
         .distinct()
     )
     for session in waiting:
-        if _first_nudge_in_a_while(runtime, session.id):
+        if jobs.first_nudge_in_a_while(runtime, keys.turns_nudge(runtime.config.namespace, session.id)):
             start_turns(runtime, session.id)
             outcome.enqueued_sessions += 1
     # Background tasks: fail those whose worker died (and end their process), enqueue
     # those no worker took, remove output files past the hour they stay readable.
-    task_outcome = tasks.reconcile(runtime, now)
+    task_outcome = task_recovery.reconcile(runtime, now)
     outcome.failed_tasks = task_outcome["failed"]
     outcome.enqueued_tasks = task_outcome["enqueued"]
     # Approval cards whose waiting call can no longer be there (its turn ended, or it expired).
     outcome.ended_cards = cards.sweep(now)
     return outcome
-
-
-def _first_nudge_in_a_while(runtime: Runtime, session_id: str) -> bool:
-    """At most one re-enqueue per session per 12 reconcile periods (a minute by default),
-    so that turns waiting for a free worker don't flood the queue with duplicates."""
-    key = f"{runtime.config.namespace}:nudged:{session_id}"
-    seconds = max(1, int(12 * runtime.time("RECONCILE_SECONDS")))
-    try:
-        return bool(runtime.redis.set(key, b"1", nx=True, ex=seconds))
-    except redis.RedisError:
-        return False

@@ -24,12 +24,13 @@ from oar.actions.dispatch import dispatch
 from oar.actions.schema import relay_tool, system_prompt
 from oar.approvals import cards, questions
 from oar.background import tasks
-from oar.core import events, ids, jobs
+from oar.core import events, ids, jobs, keys
 from oar.core.db import database, lock_rows, release_connection, write_transaction
 from oar.core.models import Message, Question, Session
 from oar.core.runtime import Runtime
-from oar.core.signals import publish, stop_channel
+from oar.core.signals import publish
 from oar.core.timeutil import utcnow
+from oar.core.waiting import Look, not_yet, settled, wait_on_signals
 from oar.providers import usage
 from oar.providers.base import (
     Activity,
@@ -148,13 +149,13 @@ class TurnWatcher(threading.Thread):
     def finish(self) -> None:
         """End the watch at once: the thread may be blocked waiting for a stop signal."""
         self.finished.set()
-        publish(self.runtime.redis, stop_channel(self.runtime.config.namespace, self.turn_id))
+        publish(self.runtime.redis, keys.turn_stop_channel(self.runtime.config.namespace, self.turn_id))
         self.join(timeout=5)
 
     def _subscribe(self) -> Any:
         try:
             pubsub = self.runtime.redis.pubsub(ignore_subscribe_messages=True)
-            pubsub.subscribe(stop_channel(self.runtime.config.namespace, self.turn_id))
+            pubsub.subscribe(keys.turn_stop_channel(self.runtime.config.namespace, self.turn_id))
             return pubsub
         except redis.RedisError:
             return None
@@ -179,6 +180,8 @@ def execute(runtime: Runtime, turn: Message) -> None:
         cap = usage.token_cap(provider)
         finish(runtime, turn, "failed", "", f"{provider.name} is over its monthly token cap of {cap:,}; the turn did not run.")
         return
+    if provider.kind == "external":  # the attached process long-polls for this turn
+        external.announce(runtime, session.id)
     model = provider.model_for(turn.model)
     if model != turn.model:  # a model that no longer belongs to the provider is not sent (SPEC §11)
         Message.update(model=model).where(Message.id == turn.id).execute()
@@ -371,21 +374,26 @@ def ask_user(
 
 
 def _wait_for_answer(runtime: Runtime, question_id: str, control: TurnControl) -> str | None:
-    channel = questions.question_channel(runtime.config.namespace, question_id)
-    with runtime.hub.watch(channel) as answered:
-        while not control.cancelled.is_set():
-            answered.clear()
-            card = Question.get_by_id(question_id)
-            release_connection()
-            if card.status == "answered":
-                return card.answer
-            if card.status == "dismissed":
-                return "(dismissed)"
-            if card.status != "pending":
-                return None
-            # The answer arrives by signal; a stop is seen within the stop-poll period.
-            answered.wait(runtime.time("STOP_POLL_SECONDS"))
-    return None
+    """The answer, "(dismissed)", or None when the turn was stopped or the card ended unanswered."""
+
+    def look() -> Look[str | None]:
+        if control.cancelled.is_set():
+            return settled(None)
+        card = Question.get_by_id(question_id)
+        release_connection()
+        if card.status == "answered":
+            return settled(card.answer)
+        if card.status == "dismissed":
+            return settled("(dismissed)")
+        if card.status != "pending":
+            return settled(None)
+        return not_yet(None)
+
+    # The answer arrives by signal; a stop is seen within the stop-poll period.
+    return wait_on_signals(
+        runtime, [keys.question_channel(runtime.config.namespace, question_id)], look,
+        recheck_seconds=runtime.time("STOP_POLL_SECONDS"),
+    )
 
 
 def start_task(runtime: Runtime, session_id: str, turn_id: str, command: str) -> str:
@@ -436,7 +444,7 @@ NOTE_SECONDS = 30 * 86_400
 
 
 def _note_key(runtime: Runtime, session_id: str, key: str) -> str:
-    return f"{runtime.config.namespace}:providernote:{session_id}:{key}"
+    return keys.provider_note(runtime.config.namespace, session_id, key)
 
 
 def recall(runtime: Runtime, session_id: str, key: str) -> str | None:

@@ -9,7 +9,7 @@ from oar.core.errors import not_found
 from oar.core.models import Session, Subscription
 from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
-from oar.watching import subscriptions
+from oar.watching import lifetime, views
 
 
 def active_subscriptions() -> list[Subscription]:
@@ -23,7 +23,7 @@ def active_subscriptions() -> list[Subscription]:
 
 def subscription_view(row: Subscription) -> dict[str, Any]:
     watcher = Session.get_by_id(row.watcher_id)
-    return {**subscriptions.view(row), "watcher": {"id": watcher.id, "title": watcher.title}}
+    return {**views.view(row), "watcher": {"id": watcher.id, "title": watcher.title}}
 
 
 def list_subscriptions(runtime: Runtime) -> list[dict[str, Any]]:
@@ -40,5 +40,5 @@ def end_subscription(runtime: Runtime, subscription_id: str) -> tuple[bool, Subs
             f'Relay "{runtime.relay_name()}" has no subscription "{subscription_id[:64]}". Nothing was changed.'
         )
     with write_transaction():
-        ended = subscriptions.end(row, "unsubscribed", utcnow())
+        ended = lifetime.end(row, "unsubscribed", utcnow())
     return ended, Subscription.get_by_id(row.id)

@@ -22,7 +22,7 @@ from typing import Any
 import redis
 
 from oar.approvals import loop
-from oar.core import defaults, ids, jobs
+from oar.core import defaults, ids, jobs, keys
 from oar.core.db import released_connection, write_transaction
 from oar.core.models import Message, Schedule, Session
 from oar.core.runtime import Runtime
@@ -74,7 +74,7 @@ def enqueue_firing(runtime: Runtime, schedule_id: str, due_at: datetime) -> None
     """Ask RQ's scheduler to fire the schedule at `due_at`. One job per schedule and due
     time (a fixed job id), so enqueueing again never makes two. If Redis is down the
     clock's sweeper fires it instead."""
-    job_id = f"{schedule_id}-{int(due_at.replace(tzinfo=UTC).timestamp() * 1000)}"
+    job_id = keys.schedule_job_id(schedule_id, int(due_at.replace(tzinfo=UTC).timestamp() * 1000))
     try:
         runtime.queue.enqueue_at(
             due_at.replace(tzinfo=UTC), jobs.FIRE_SCHEDULE, schedule_id, job_id=job_id, result_ttl=0, failure_ttl=86_400

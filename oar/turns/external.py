@@ -14,17 +14,16 @@ from typing import Any
 
 import redis
 
+from oar.core import keys
 from oar.core.db import release_connection
 from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
+from oar.core.signals import publish
+from oar.core.waiting import Look, wait_on_signals
 
 # How long a turn's undelivered posts are kept in Redis.
 EVENTS_KEEP_SECONDS = 3600
 OPEN = ("running", "waiting_for_answer")
-
-
-def events_key(namespace: str, turn_id: str) -> str:
-    return f"{namespace}:external:{turn_id}"
 
 
 def running_turn(session: Session) -> Message | None:
@@ -36,8 +35,30 @@ def running_turn(session: Session) -> Message | None:
     return turn
 
 
+def announce(runtime: Runtime, session_id: str) -> None:
+    """A turn of the session started running: wake the attached process's long poll."""
+    publish(runtime.redis, keys.turn_started_channel(runtime.config.namespace, session_id))
+
+
+def next_turn(runtime: Runtime, session_id: str, seconds: float) -> Message | None:
+    """The turn the attached process should work on, waiting up to `seconds` for one to start.
+
+    Wakes on `announce`, and looks again every `WAIT_RECHECK_SECONDS` in case a signal was
+    lost; holds no database connection meanwhile.
+    """
+
+    def look() -> Look[Message | None]:
+        turn = running_turn(Session.get_by_id(session_id))
+        return Look(turn, settled=turn is not None)
+
+    return wait_on_signals(
+        runtime, [keys.turn_started_channel(runtime.config.namespace, session_id)], look,
+        recheck_seconds=runtime.time("WAIT_RECHECK_SECONDS"), seconds=seconds,
+    )
+
+
 def post(runtime: Runtime, turn_id: str, event: dict[str, Any]) -> None:
-    key = events_key(runtime.config.namespace, turn_id)
+    key = keys.external_events(runtime.config.namespace, turn_id)
     pipe = runtime.redis.pipeline()
     pipe.rpush(key, json.dumps(event, separators=(",", ":")))
     pipe.expire(key, EVENTS_KEEP_SECONDS)
@@ -46,7 +67,7 @@ def post(runtime: Runtime, turn_id: str, event: dict[str, Any]) -> None:
 
 def receive(runtime: Runtime, turn_id: str, seconds: float) -> list[dict[str, Any]]:
     """Posts for the turn, in order; waits up to `seconds` for the first one."""
-    key = events_key(runtime.config.namespace, turn_id)
+    key = keys.external_events(runtime.config.namespace, turn_id)
     try:
         first = runtime.redis.blpop([key], timeout=max(seconds, 0.01))
         if first is None:

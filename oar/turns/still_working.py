@@ -7,15 +7,14 @@ Such a session reports `done` only once its running tasks have been quiet (no ou
 
 from __future__ import annotations
 
-import time
 from datetime import datetime, timedelta
 from typing import Any
 
-from oar.core.db import released_connection
+from oar.core import keys
 from oar.core.models import Message, Task
 from oar.core.runtime import Runtime
-from oar.core.signals import turn_channel
 from oar.core.timeutil import utcnow
+from oar.core.waiting import Look, not_yet, settled, wait_on_signals
 
 BACKGROUND_NOTE = (
     "The session answered and is still working in the background; it reports done after "
@@ -39,22 +38,21 @@ def still_working(runtime: Runtime, turn: Message, seconds: float) -> list[Task]
     if answered_at is None:
         raise ValueError(f"turn {turn.id} has not finished")
     quiet_seconds = runtime.time("BACKGROUND_QUIET_SECONDS")
-    deadline = time.monotonic() + seconds
-    with runtime.hub.watch(turn_channel(runtime.config.namespace, turn.id)) as woken:
-        while True:
-            woken.clear()
-            running = list(Task.select().where((Task.session == turn.session_id) & (Task.status == "running")))
-            if not running:
-                return []
-            done_at = quiet_at(answered_at, [t.last_output_at or t.started_at for t in running], quiet_seconds)
-            now = utcnow()
-            remaining = deadline - time.monotonic()
-            if now >= done_at:
-                return []
-            if remaining <= 0:
-                return running
-            with released_connection():
-                woken.wait(min(remaining, (done_at - now).total_seconds()))
+
+    def look() -> Look[list[Task]]:
+        running = list(Task.select().where((Task.session == turn.session_id) & (Task.status == "running")))
+        if not running:
+            return settled([])
+        done_at = quiet_at(answered_at, [t.last_output_at or t.started_at for t in running], quiet_seconds)
+        now = utcnow()
+        if now >= done_at:
+            return settled([])
+        return not_yet(running, again_within=(done_at - now).total_seconds())
+
+    return wait_on_signals(
+        runtime, [keys.turn_channel(runtime.config.namespace, turn.id)], look,
+        recheck_seconds=runtime.time("WAIT_RECHECK_SECONDS"), seconds=seconds,
+    )
 
 
 def report(entry: dict[str, Any], running: list[Task], quiet_seconds: float) -> dict[str, Any]:

@@ -8,17 +8,16 @@ workers (`oar.runner`), one at a time per session, in the order they were queued
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from oar.approvals import questions
-from oar.core import defaults, ids, jobs
-from oar.core.db import released_connection
+from oar.core import defaults, ids, jobs, keys
 from oar.core.models import Message, Schedule, Session
 from oar.core.runtime import Runtime
-from oar.core.signals import publish, stop_channel, turn_channel
+from oar.core.signals import publish
 from oar.core.timeutil import iso, utcnow
+from oar.core.waiting import Look, wait_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -227,17 +226,15 @@ def wait_for(runtime: Runtime, message_id: str, seconds: float) -> Message:
 
     Wakes on the turn's Redis signal; holds no database connection while it sleeps.
     """
-    deadline = time.monotonic() + seconds
-    recheck = runtime.time("WAIT_RECHECK_SECONDS")
-    with runtime.hub.watch(turn_channel(runtime.config.namespace, message_id)) as woken:
-        while True:
-            woken.clear()
-            message = Message.get(Message.id == message_id)
-            remaining = deadline - time.monotonic()
-            if is_settled(message) or remaining <= 0:
-                return message
-            with released_connection():
-                woken.wait(min(remaining, recheck))
+
+    def look() -> Look[Message]:
+        message = Message.get(Message.id == message_id)
+        return Look(message, settled=is_settled(message))
+
+    return wait_on_signals(
+        runtime, [keys.turn_channel(runtime.config.namespace, message_id)], look,
+        recheck_seconds=runtime.time("WAIT_RECHECK_SECONDS"), seconds=seconds,
+    )
 
 
 def request_stop(session: Session) -> str:
@@ -262,7 +259,7 @@ def request_stop(session: Session) -> str:
 
 
 def signal_stop(runtime: Runtime, message_id: str) -> None:
-    publish(runtime.redis, stop_channel(runtime.config.namespace, message_id))
+    publish(runtime.redis, keys.turn_stop_channel(runtime.config.namespace, message_id))
 
 
 def cancel_queued(session: Session, reason: str) -> list[str]:

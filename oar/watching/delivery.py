@@ -2,8 +2,8 @@
 
 Every function here is a function of the subscriptions, the held events and `now`; none
 reads the clock or the database, so windows, the hourly cap, digests and quiet hours are
-testable on named dates. `oar.subscriptions` stores the decisions (`HeldEvent.due_at`) and
-carries them out.
+testable on named dates. `oar.watching.holding` stores the decisions (`HeldEvent.due_at`) and
+`oar.watching.delivering` carries them out.
 
 An event reaches a watcher at the earliest time one of its matching subscriptions lets it
 through:

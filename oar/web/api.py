@@ -7,7 +7,7 @@ from flask.typing import ResponseReturnValue
 
 from oar.actions.context import CallContext
 from oar.actions.dispatch import dispatch
-from oar.background import tasks
+from oar.background import task_views, tasks
 from oar.core.errors import invalid
 from oar.core.fields import Param, check_fields
 from oar.core.models import Task
@@ -48,7 +48,7 @@ def start_task() -> ResponseReturnValue:
     task = tasks.start(
         runtime(), caller, args["command"], description=args.get("description"), type=args.get("type", "local_bash")
     )
-    return jsonify({"ok": True, "task": tasks.entry(task, utcnow(), runtime().settings()["quiet_after_minutes"])}), 201
+    return jsonify({"ok": True, "task": task_views.entry(task, utcnow(), runtime().settings()["quiet_after_minutes"])}), 201
 
 
 @blueprint.post("/api/v1/tasks/<task_id>/stop")

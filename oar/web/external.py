@@ -8,13 +8,10 @@
 
 from __future__ import annotations
 
-import time
-
 from flask import Blueprint, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from oar import providers
-from oar.core.db import release_connection
 from oar.core.errors import invalid, not_found
 from oar.core.fields import Param, check_fields
 from oar.core.models import Message, Session
@@ -24,9 +21,8 @@ from oar.web.auth import require_agent
 
 blueprint = Blueprint("external", __name__, url_prefix="/api/v1/external")
 
-# The longest long poll, and how often it looks for a turn meanwhile.
+# The longest long poll.
 MAX_POLL_SECONDS = 60
-POLL_EVERY_SECONDS = 0.1
 POST_FIELDS = {
     "text": Param("str", max_length=100_000),
     "activity": Param("str", max_length=500),
@@ -51,18 +47,13 @@ def next_turn() -> ResponseReturnValue:
         wait = min(max(float(request.args.get("wait_seconds", 30)), 0.0), MAX_POLL_SECONDS)
     except ValueError:
         raise invalid("wait_seconds must be a number of seconds. Nothing was done.") from None
-    deadline = time.monotonic() + wait
-    while True:
-        turn = external.running_turn(Session.get_by_id(session.id))
-        if turn is not None:
-            return jsonify({"ok": True, "turn": {
-                "id": turn.id, "text": turn.text, "model": turn.model, "effort": turn.effort,
-                "mode": turn.mode or session.mode, "cwd": session.cwd,
-            }})
-        release_connection()  # a long poll holds no database connection
-        if time.monotonic() >= deadline:
-            return jsonify({"ok": True, "turn": None})
-        time.sleep(POLL_EVERY_SECONDS)
+    turn = external.next_turn(runtime(), session.id, wait)
+    if turn is None:
+        return jsonify({"ok": True, "turn": None})
+    return jsonify({"ok": True, "turn": {
+        "id": turn.id, "text": turn.text, "model": turn.model, "effort": turn.effort,
+        "mode": turn.mode or session.mode, "cwd": session.cwd,
+    }})
 
 
 @blueprint.post("/turns/<turn_id>")

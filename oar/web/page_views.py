@@ -21,7 +21,7 @@ from oar.schedules import schedules
 from oar.sessions import groups, sessions
 from oar.sessions import state as session_state
 from oar.turns import turns
-from oar.watching import subscriptions
+from oar.watching import subscription_rules
 
 # Messages shown on a session page (the newest ones), and sessions on the list.
 MESSAGES_SHOWN = 200
@@ -77,7 +77,7 @@ def session_rows(archived: bool) -> list[dict[str, Any]]:
     listed = sessions.listed_many(rows)
     watching = active_subscriptions()
     for entry in listed:
-        entry["watched"] = any(subscriptions.watches(sub, entry["id"]) for sub in watching)
+        entry["watched"] = any(subscription_rules.watches(sub, entry["id"]) for sub in watching)
     return listed
 
 

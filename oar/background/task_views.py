@@ -1,0 +1,83 @@
+"""How background tasks are shown: in list_sessions and read_session, and whether their output
+is still readable."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from oar.background import task_output
+from oar.core.models import Task
+from oar.core.runtime import Runtime
+from oar.core.timeutil import iso
+
+
+def readable_until(task: Task, runtime: Runtime) -> datetime | None:
+    """When the output stops being readable (None while the task runs)."""
+    if task.status == "running" or task.ended_at is None:
+        return None
+    return task.ended_at + timedelta(seconds=runtime.time("TASK_OUTPUT_KEEP_SECONDS"))
+
+
+def is_readable(task: Task, runtime: Runtime, now: datetime) -> bool:
+    until = readable_until(task, runtime)
+    return until is None or now < until
+
+
+def shown_for(runtime: Runtime, session_ids: Iterable[str], now: datetime) -> dict[str, list[dict[str, Any]]]:
+    """Tasks as `list_sessions`/`read_session` show them: running ones and those ended within
+    the hour their output stays readable, newest first."""
+    session_ids = list(session_ids)
+    if not session_ids:
+        return {}
+    keep_since = now - timedelta(seconds=runtime.time("TASK_OUTPUT_KEEP_SECONDS"))
+    rows = (
+        Task.select()
+        .where(Task.session.in_(session_ids) & ((Task.status == "running") | (Task.ended_at >= keep_since)))
+        .order_by(Task.started_at.desc())
+    )
+    quiet_after = None
+    shown: dict[str, list[dict[str, Any]]] = {}
+    for task in rows:
+        if quiet_after is None:
+            quiet_after = runtime.settings()["quiet_after_minutes"]
+        shown.setdefault(task.session_id, []).append(entry(task, now, quiet_after))
+    return shown
+
+
+def entry(task: Task, now: datetime, quiet_after_minutes: int) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "taskId": task.id,
+        "description": task.description,
+        "type": task.type,
+        "status": task.status,
+        "exitCode": task.exit_code,
+        "startedAt": iso(task.started_at),
+        "output": "read_task_output",
+    }
+    if task.ended_at:
+        item["endedAt"] = iso(task.ended_at)
+    if task.status == "running" and task.output_path:
+        last_output = last_output_time(task)
+        item["health"] = task_output.stall(last_output, now, quiet_after_minutes)
+        with contextlib.suppress(OSError):
+            window = task_output.read_window(task.output_path, 200, max_bytes=256 * 1024)
+            counts = task_output.detect_counts(task_output.clean(window.text))
+            if counts:
+                item["counts"] = counts
+    return item
+
+
+def last_output_time(task: Task) -> datetime:
+    """The output file's modification time (the heartbeat copies it to the row), else the row's."""
+    if task.output_path is not None:
+        with contextlib.suppress(OSError):
+            return _utc_from_timestamp(os.stat(task.output_path).st_mtime)
+    return task.last_output_at or task.started_at
+
+
+def _utc_from_timestamp(stamp: float) -> datetime:
+    return datetime.fromtimestamp(stamp, UTC).replace(tzinfo=None)

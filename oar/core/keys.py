@@ -1,0 +1,102 @@
+"""Every Redis key, pub/sub channel and RQ job id the relay uses, built in one place.
+
+Running relays and queued RQ jobs hold these strings (a relay restarted in place finds its
+locks, nudges, notes and scheduled jobs by them, and processes of two versions side by side
+signal each other through them), so each is kept exactly as it is: changing one means
+changing what Redis already holds. Every key and channel starts with the relay's namespace
+(`OAR_NAMESPACE`), which is also the name of its RQ queue.
+"""
+
+from __future__ import annotations
+
+# Wake-up channels ------------------------------------------------------------------------
+# One `WakeHub` listener per process subscribes to them all (`wake_pattern`); a signal only
+# says "look again" (oar.core.waiting).
+
+
+def wake_pattern(namespace: str) -> str:
+    return f"{namespace}:wake:*"
+
+
+def turn_channel(namespace: str, message_id: str) -> str:
+    """A turn's status changed (waiting calls return), or a task it started ended."""
+    return f"{namespace}:wake:turn:{message_id}"
+
+
+def turn_started_channel(namespace: str, session_id: str) -> str:
+    """A turn of the session started running (an attached external agent waits on it)."""
+    return f"{namespace}:wake:started:{session_id}"
+
+
+def card_channel(namespace: str, card_id: str) -> str:
+    """An approval card was decided."""
+    return f"{namespace}:wake:card:{card_id}"
+
+
+def question_channel(namespace: str, question_id: str) -> str:
+    """A question card was answered, dismissed or ended."""
+    return f"{namespace}:wake:question:{question_id}"
+
+
+# Stop channels ---------------------------------------------------------------------------
+# Subscribed to by the one thread watching a running turn or task, outside the wake-up hub.
+
+
+def turn_stop_channel(namespace: str, message_id: str) -> str:
+    return f"{namespace}:stop:{message_id}"
+
+
+def task_stop_channel(namespace: str, task_id: str) -> str:
+    return f"{namespace}:taskstop:{task_id}"
+
+
+# Keys ------------------------------------------------------------------------------------
+
+
+def external_events(namespace: str, turn_id: str) -> str:
+    """The list of what an attached external agent posted for its turn."""
+    return f"{namespace}:external:{turn_id}"
+
+
+def provider_note(namespace: str, session_id: str, key: str) -> str:
+    """A note a provider keeps about a session between turns."""
+    return f"{namespace}:providernote:{session_id}:{key}"
+
+
+def rate_calls(namespace: str, conversation: str) -> str:
+    """The sorted set of a conversation's recent relay calls."""
+    return f"{namespace}:rate:{conversation}:calls"
+
+
+def rate_writes(namespace: str, conversation: str) -> str:
+    """The sorted set of a conversation's recent write calls."""
+    return f"{namespace}:rate:{conversation}:writes"
+
+
+def turns_nudge(namespace: str, session_id: str) -> str:
+    """Set while the reconciler's last re-enqueue of the session's queued turns is recent."""
+    return f"{namespace}:nudged:{session_id}"
+
+
+def task_nudge(namespace: str, task_id: str) -> str:
+    """Set while the reconciler's last re-enqueue of a task no worker took is recent."""
+    return f"{namespace}:tasknudged:{task_id}"
+
+
+def delivery_lock(namespace: str) -> str:
+    """Held by the one relay process delivering overdue events."""
+    return f"{namespace}:delivering"
+
+
+# RQ job ids ------------------------------------------------------------------------------
+# Fixed per due time, so that enqueueing again never makes two jobs (RQ prefixes its own keys).
+
+
+def delivery_job_id(stamp_ms: int, suffix: str = "") -> str:
+    """The delivery job of one due time (UTC milliseconds); `suffix` for a job enqueued again."""
+    return f"dlv-{stamp_ms}{suffix}"
+
+
+def schedule_job_id(schedule_id: str, due_ms: int) -> str:
+    """The job firing a schedule at one due time (UTC milliseconds)."""
+    return f"{schedule_id}-{due_ms}"

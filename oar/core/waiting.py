@@ -1,0 +1,79 @@
+"""Waiting for what another thread or process does: a wake-up signal, then a look at the database.
+
+Every long wait of the relay (a turn's reply, an approval card's decision, an `ask_user`
+answer, background tasks going quiet, an external agent's next turn) is the same loop,
+written once here: watch the wake-up channels, look at the database, return when the look
+is settled, else sleep until the next signal, the moment the look said things change by
+themselves (an expiry), or the re-check period, whichever comes first. The database holds
+the truth and a signal only says "look again", so a lost signal (Redis restarted) costs
+at most one re-check period, never data.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from oar.core.db import released_connection
+from oar.core.runtime import Runtime
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Look(Generic[T]):
+    """What one look at the database found: the value to return, whether the wait is over,
+    and, when the state changes by itself before the re-check period (an expiry, a quiet
+    spell ending), in how many seconds to look again without a signal (0: at once)."""
+
+    value: T
+    settled: bool = False
+    again_within: float | None = None
+
+
+def settled(value: T) -> Look[T]:
+    return Look(value, settled=True)
+
+
+def not_yet(value: T, again_within: float | None = None) -> Look[T]:
+    return Look(value, settled=False, again_within=again_within)
+
+
+def wait_on_signals(
+    runtime: Runtime,
+    channels: Iterable[str],
+    look: Callable[[], Look[T]],
+    *,
+    recheck_seconds: float,
+    seconds: float | None = None,
+) -> T:
+    """Look until the look is settled, or until `seconds` have passed (None: no limit);
+    returns the value of the last look.
+
+    A signal on one of `channels` (wake-up channels of this relay's namespace) wakes it at
+    once; without one it looks again every `recheck_seconds`. The wake-up is cleared before
+    each look, so a signal sent while it looks is not missed.
+
+    While it sleeps it holds no database connection (given back through
+    `released_connection`, unless the caller holds a transaction), no transaction, no lock
+    and no Redis connection of its own (the process's one `WakeHub` listener wakes it).
+    """
+    deadline = None if seconds is None else time.monotonic() + seconds
+    with runtime.hub.watch(*channels) as woken:
+        while True:
+            woken.clear()
+            found = look()
+            if found.settled:
+                return found.value
+            sleep = recheck_seconds
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return found.value
+                sleep = min(sleep, remaining)
+            if found.again_within is not None:
+                sleep = min(sleep, found.again_within)
+            with released_connection():
+                woken.wait(max(sleep, 0.0))

@@ -1,0 +1,192 @@
+"""Delivering held events (SPEC §8): a watcher's due rows become one automated message.
+
+`deliver` claims a watcher's due rows with a conditional UPDATE and writes the message. The
+RQ job of a due time (`workers.delivery.deliver_due`, enqueued by `oar.watching.due_jobs`)
+delivers to every watcher due by then; RQ's scheduler may start it early, so the job
+compares `now` with the stored due time. The clock's sweeper delivers whatever is overdue.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import redis
+from peewee import fn
+
+from oar.core import keys
+from oar.core.db import released_connection, write_transaction
+from oar.core.models import HeldEvent, Message, Session, Subscription, Wakeup
+from oar.core.runtime import Runtime
+from oar.turns import automated, turns
+from oar.watching import delivery, due_jobs, held, subscription_rules
+
+log = logging.getLogger(__name__)
+
+
+EARLY_WAIT_SECONDS = 2.0
+
+
+def run_due_job(runtime: Runtime, stamp: int, now_reader: Any) -> int:
+    """The RQ job of one due time: deliver to every watcher due by then; when started early
+    (RQ's scheduler may), wait a little or enqueue again."""
+    due = datetime.fromtimestamp(stamp / 1000, UTC).replace(tzinfo=None)
+    early = (due - now_reader()).total_seconds()
+    if early > EARLY_WAIT_SECONDS:
+        due_jobs.enqueue_due(runtime, due, suffix="-again")
+        return 0
+    if early > 0:
+        with released_connection():
+            time.sleep(early)
+    return deliver_overdue(runtime, now_reader)
+
+
+def deliver_overdue(runtime: Runtime, now_reader: Any, lag_seconds: float = 0) -> int:
+    """Deliver to every watcher with events due (at least `lag_seconds` ago), earliest first,
+    until none is left; returns how many deliveries were made.
+
+    One relay process at a time does it (a lock in Redis): a second caller returns at once,
+    since the one delivering goes on until nothing due is left. Deliveries write one after the
+    other anyway (on SQLite one writer at a time), and two runners would only collide on the
+    same watchers. Without Redis both go on: the claims keep every delivery single.
+    """
+    if not runtime.settings()["agent_sessions_enabled"]:
+        return 0
+    lock = keys.delivery_lock(runtime.config.namespace)
+    lease = max(1, int(runtime.time("DELIVERY_LOCK_SECONDS")))
+    delivered = 0
+    while True:
+        token = secrets.token_hex(8)
+        try:
+            if not runtime.redis.set(lock, token, nx=True, ex=lease):
+                return delivered
+        except redis.RedisError:
+            token = ""
+        made_in_round = 0
+        try:
+            while made := _deliver_pass(runtime, now_reader(), lag_seconds, lock if token else "", token, lease):
+                made_in_round += made
+        finally:
+            if token:
+                _release(runtime, lock, token)
+        delivered += made_in_round
+        # A caller that found the lock taken just now left its watchers to this one (a round
+        # that delivered nothing stops: what is left keeps failing, and the sweeper retries it).
+        if not token or not made_in_round or not _overdue_watchers(now_reader() - timedelta(seconds=lag_seconds)):
+            return delivered
+
+
+def _deliver_pass(runtime: Runtime, now: datetime, lag_seconds: float, lock: str, token: str, lease: int) -> int:
+    made = 0
+    for watcher_id in _overdue_watchers(now - timedelta(seconds=lag_seconds)):
+        try:
+            if deliver(runtime, watcher_id, now) == "delivered":
+                made += 1
+        except Exception:  # one broken watcher must not stop the others
+            log.exception("delivery to %s failed; trying again at the next sweep", watcher_id)
+        if lock:
+            _renew(runtime, lock, token, lease)
+    return made
+
+
+def _overdue_watchers(due_by: datetime) -> list[str]:
+    # Read to the end first: on SQLite a statement still being read keeps a read snapshot
+    # open, and a write transaction begun on the same connection meanwhile fails at once.
+    first = fn.MIN(HeldEvent.due_at)
+    return [
+        row.watcher_id for row in HeldEvent.select(HeldEvent.watcher, first.alias("first"))
+        .where(HeldEvent.delivered_at.is_null() & (HeldEvent.dropped == False) & (HeldEvent.due_at <= due_by))  # noqa: E712
+        .group_by(HeldEvent.watcher)
+        .order_by(first)
+    ]
+
+
+def _renew(runtime: Runtime, lock: str, token: str, lease: int) -> None:
+    try:
+        if runtime.redis.get(lock) == token.encode():
+            runtime.redis.expire(lock, lease)
+    except redis.RedisError:
+        pass
+
+
+def _release(runtime: Runtime, lock: str, token: str) -> None:
+    try:
+        if runtime.redis.get(lock) == token.encode():
+            runtime.redis.delete(lock)
+    except redis.RedisError:
+        pass
+
+
+def run_job(runtime: Runtime, watcher_id: str, now_reader: Any) -> str:
+    """One watcher's delivery job, as earlier versions enqueued it: deliver what is due; when
+    started early, wait a little or leave it to the job of its due time."""
+    due = held.next_due(watcher_id)
+    if due is None:
+        return "nothing"
+    early = (due - now_reader()).total_seconds()
+    if early > EARLY_WAIT_SECONDS:
+        due_jobs.schedule_next(runtime, watcher_id)
+        return "early"
+    if early > 0:
+        with released_connection():
+            time.sleep(early)
+    return deliver(runtime, watcher_id, now_reader())
+
+
+def deliver(runtime: Runtime, watcher_id: str, now: datetime) -> str:
+    """Deliver the watcher's due events as one message: `delivered`, `nothing`, `paused`,
+    `dropped` or `lost` (another worker delivered them first)."""
+    if not runtime.settings()["agent_sessions_enabled"]:
+        return "paused"  # subscriptions deliver nothing while agent sessions are off (SPEC §4)
+    watcher = Session.get_or_none(Session.id == watcher_id)
+    if watcher is None or watcher.archived or watcher.deleted:
+        HeldEvent.update(dropped=True).where((HeldEvent.watcher == watcher_id) & HeldEvent.delivered_at.is_null()).execute()
+        return "dropped"
+    rows = {
+        row.id: row
+        for row in HeldEvent.select(
+            HeldEvent.id, HeldEvent.due_at, HeldEvent.reason, HeldEvent.urgent, HeldEvent.subscription_id, HeldEvent.line
+        ).where(held.undelivered(watcher_id)).namedtuples()
+    }
+    chosen = [rows[h.key] for h in delivery.batch([delivery.Held(r.id, r.due_at, r.reason, r.urgent) for r in rows.values()], now)]
+    if not chosen:
+        due_jobs.schedule_next(runtime, watcher_id)
+        return "nothing"
+    message: Message | None = None
+    try:
+        with write_transaction():
+            watcher = Session.get_by_id(watcher_id)
+            text = _message_text(chosen)
+            message = automated.insert(watcher, text, turns.Provenance(kind="event", hops=0))
+            claimed = held.claim([r.id for r in chosen], now, message.id)
+            if claimed != len(chosen):
+                raise held.Lost
+            # The hourly cap counts wake-ups; older records are of no more use.
+            Wakeup.create(watcher=watcher_id, message_id=message.id, delivered_at=now)
+            Wakeup.delete().where(
+                (Wakeup.watcher == watcher_id) & (Wakeup.delivered_at < now - timedelta(seconds=2 * subscription_rules.timing(runtime).hour_seconds))
+            ).execute()
+            digested = {r.subscription_id for r in chosen if r.reason == delivery.DIGEST}
+            if digested:
+                Subscription.update(last_digest_at=now).where(Subscription.id.in_(digested)).execute()
+    except held.Lost:
+        return "lost"
+    turns.start_turns(runtime, watcher_id)
+    due_jobs.schedule_next(runtime, watcher_id)
+    return "delivered"
+
+
+def _message_text(rows: list[Any]) -> str:
+    reasons = {row.reason for row in rows}
+    subs = {s.id: s for s in Subscription.select().where(Subscription.id.in_({r.subscription_id for r in rows}))}
+    digest_subs = [subscription_rules.rules_of(s) for s in subs.values() if s.digest_minutes]
+    quiet = next((subscription_rules.quiet_of(s) for s in subs.values() if s.quiet_hours), None)
+    lines = [automated.EVENT_HEADER]
+    heading = delivery.digest_line(len(rows), reasons, digest_subs, quiet)
+    if heading:
+        lines.append(heading)
+    lines.extend(row.line for row in sorted(rows, key=lambda r: r.id))
+    return "\n".join(lines)

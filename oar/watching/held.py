@@ -1,0 +1,101 @@
+"""The held rows (`HeldEvent`): one per watcher and event, with its due time, until delivered.
+
+An ingestion writes them (`insert`), a delivery claims them (`claim`), and both look up a
+watcher's next due time, open window and recent wake-ups. These are plain SQL: a wide
+fan-out writes millions of rows and makes these look-ups for hundreds of watchers, and
+building them as peewee queries costs several times the database's own work.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import peewee as pw
+
+from oar.core.db import database, is_sqlite
+from oar.core.models import HeldEvent
+from oar.watching import delivery
+
+
+class Lost(Exception):
+    """Another worker claimed the same batch or rows: roll back, do nothing."""
+
+
+# Held rows are written this many at a time (11 columns each: far below SQLite's limit of
+# bound variables per statement).
+HOLD_INSERT_ROWS = 400
+# Held rows claimed by one UPDATE when a delivery carries many (bound variables per statement).
+CLAIM_CHUNK = 5000
+
+HELD_FIELDS = ("watcher", "event_seq", "subscription_id", "kind", "line", "urgent", "reason", "turn_id", "due_at",
+               "created_at", "dropped")
+
+
+def insert(rows: list[tuple[Any, ...]]) -> None:
+    """Insert held rows as multi-row INSERTs written by hand: a wide fan-out writes millions,
+    and building them as peewee queries cost several times the database's own work. A
+    watcher gets an event once (the unique index): a row already there stays."""
+    db = database.obj
+    columns = ", ".join(f'"{HeldEvent._meta.fields[name].column_name}"' for name in HELD_FIELDS)
+    marks = "(" + ", ".join([db.param] * len(HELD_FIELDS)) + ")"
+    verb, tail = ("INSERT OR IGNORE", "") if is_sqlite() else ("INSERT", " ON CONFLICT DO NOTHING")
+    for chunk in pw.chunked(rows, HOLD_INSERT_ROWS):
+        values = ", ".join([marks] * len(chunk))
+        db.execute_sql(f'{verb} INTO "{HeldEvent._meta.table_name}" ({columns}) VALUES {values}{tail}',
+                       [value for row in chunk for value in row])
+
+
+def claim(row_ids: list[int], now: datetime, message_id: str) -> int:
+    """Mark held rows delivered by `message_id` unless delivered or dropped already; returns
+    how many (plain SQL for the same reason as `insert`)."""
+    db = database.obj
+    claimed = 0
+    for chunk in pw.chunked(row_ids, CLAIM_CHUNK):
+        marks = ", ".join([db.param] * len(chunk))
+        sql = (f'UPDATE "held_event" SET "delivered_at" = {db.param}, "message_id" = {db.param} '
+               f'WHERE "id" IN ({marks}) AND "delivered_at" IS NULL AND "dropped" = {db.param}')
+        claimed += db.execute_sql(sql, [now, message_id, *chunk, False]).rowcount
+    return claimed
+
+
+def undelivered(watcher_id: str) -> pw.Expression:
+    return (HeldEvent.watcher == watcher_id) & HeldEvent.delivered_at.is_null() & (HeldEvent.dropped == False)  # noqa: E712
+
+
+# The per-watcher look-ups an ingestion makes for every watcher it touches, as plain SQL:
+# with hundreds of watchers, building them as peewee queries costs more than running them.
+# `?` stands for the driver's parameter mark. Each is an index seek (see HeldEvent's indexes).
+_FIRST_DUE_SQL = (
+    'SELECT "due_at" FROM "held_event" WHERE "watcher_id" = ? AND "delivered_at" IS NULL AND "dropped" = ? '
+    'ORDER BY "due_at" LIMIT 1'
+)
+_SLOT_SQL = (
+    'SELECT "due_at" FROM "held_event" WHERE "watcher_id" = ? AND "reason" = ? AND "due_at" > ? '
+    'AND "delivered_at" IS NULL AND "dropped" = ? ORDER BY "due_at" LIMIT 1'
+)
+_WAKEUPS_SQL = 'SELECT COUNT(*) FROM "wakeup" WHERE "watcher_id" = ? AND "delivered_at" > ?'
+
+
+def _scalar(sql: str, params: list[Any]) -> Any:
+    row = database.execute_sql(sql.replace("?", database.obj.param), params).fetchone()
+    return None if row is None else row[0]
+
+
+def next_due(watcher_id: str) -> datetime | None:
+    due = _scalar(_FIRST_DUE_SQL, [watcher_id, False])
+    return None if due is None else HeldEvent.due_at.python_value(due)
+
+
+def open_slots(watcher_id: str, now: datetime) -> list[delivery.Held]:
+    """The watcher's open window and cap digest (the earliest of each after `now`)."""
+    slots = []
+    for reason in (delivery.WINDOW, delivery.CAP):
+        due = _scalar(_SLOT_SQL, [watcher_id, reason, now, False])
+        if due is not None:
+            slots.append(delivery.Held(0, HeldEvent.due_at.python_value(due), reason))
+    return slots
+
+
+def wakeups(watcher_id: str, now: datetime, engine: delivery.Timing) -> int:
+    return int(_scalar(_WAKEUPS_SQL, [watcher_id, now - timedelta(seconds=engine.hour_seconds)]) or 0)

@@ -1,0 +1,95 @@
+"""The rules of a subscription (SPEC §8): which sessions it watches, which events it receives
+under which name, and the delivery rules (`oar.watching.delivery`) it carries."""
+
+from __future__ import annotations
+
+import re
+
+import peewee as pw
+
+from oar.core.models import Event, Message, Session, Subscription, Task
+from oar.core.runtime import Runtime
+from oar.sessions.state import OPEN_TURN
+from oar.watching import delivery
+from oar.watching.quiet_hours import QuietHours, parse
+
+MAX_SUBSCRIPTIONS = 20
+
+
+def timing(runtime: Runtime) -> delivery.Timing:
+    return delivery.Timing(
+        window_seconds=runtime.time("DELIVERY_WINDOW_SECONDS"),
+        hour_seconds=runtime.time("DELIVERY_CAP_HOUR_SECONDS"),
+        cap_digest_seconds=runtime.time("DELIVERY_CAP_DIGEST_SECONDS"),
+        minute_seconds=runtime.time("DELIVERY_MINUTE_SECONDS"),
+    )
+
+
+def active_of(watcher_id: str) -> pw.ModelSelect[Subscription]:
+    return Subscription.select().where((Subscription.watcher == watcher_id) & Subscription.ended_at.is_null())
+
+
+def quiet_of(subscription: Subscription) -> QuietHours | None:
+    return parse(subscription.quiet_hours) if subscription.quiet_hours else None
+
+
+def rules_of(subscription: Subscription) -> delivery.Rules:
+    return delivery.Rules(
+        id=subscription.id,
+        created_at=subscription.created_at,
+        digest_minutes=subscription.digest_minutes,
+        quiet=quiet_of(subscription),
+        last_digest_at=subscription.last_digest_at,
+    )
+
+
+def watches(subscription: Subscription, session_id: str) -> bool:
+    if session_id == subscription.watcher_id:
+        return False  # a conversation's own session is never watched
+    if subscription.scope == "all":
+        return session_id not in (subscription.exclude or [])
+    return session_id in (subscription.sessions or [])
+
+
+def received_as(subscription: Subscription, event: Event) -> str | None:
+    """The kind under which the subscription receives `event`, or None when it does not.
+    - A subagent task's end (`task_finished` of a task of type `subagent`) is its
+      `subagent_finished`; a subscription that lists `subagent_finished` learns of a failed
+      subagent from that line alone, not from its `task_failed` as well.
+    - `stalled` events carry the `stalledMinutes` they were recorded for: each subscription
+      receives those of its own `stalled_minutes` (the sweeper records one per value in use).
+    """
+    kinds = subscription.events or []
+    payload = event.payload or {}
+    if payload.get("type") == "subagent" and "subagent_finished" in kinds:
+        if event.kind == "task_finished":
+            return "subagent_finished"
+        if event.kind == "task_failed":
+            return None
+    if event.kind == "stalled" and payload.get("stalledMinutes") != subscription.stalled_minutes:
+        return None
+    return event.kind if event.kind in kinds else None
+
+
+def matches_text(pattern: str | None, text: str) -> bool:
+    if not pattern:
+        return True
+    if len(pattern) > 2 and pattern.startswith("/") and pattern.endswith("/"):
+        return re.search(pattern[1:-1], text, re.IGNORECASE) is not None
+    return pattern.casefold() in text.casefold()
+
+
+def busy(session_ids: list[str]) -> bool:
+    if not session_ids:
+        return False
+    turn = Message.select().where(Message.session.in_(session_ids) & Message.status.in_(OPEN_TURN)).exists()
+    return turn or Task.select().where(Task.session.in_(session_ids) & (Task.status == "running")).exists()
+
+
+def watched_ids(subscription: Subscription) -> list[str]:
+    if subscription.scope == "sessions":
+        return list(subscription.sessions or [])
+    rows = Session.select(Session.id).where(
+        (Session.archived == False) & (Session.deleted == False) & (Session.id != subscription.watcher_id)  # noqa: E712
+    )
+    return [row.id for row in rows if row.id not in (subscription.exclude or [])]
