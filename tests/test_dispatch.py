@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from oar.actions.catalog import load_actions
-from tests.conftest import Agent, Relay
+from tests.support.clients import Agent
+from tests.support.relays import Relay
 
 
 def test_every_result_has_the_envelope(relay: Relay, desk: Agent) -> None:
