@@ -29,8 +29,9 @@ from tests.support.relays import (
 from tests.support.servers import create_postgres_database
 from tests.support.snapshots import reset_database
 
-# Fixtures that start relays or their processes: a test that uses any of them is a `stack` test.
-STACK_FIXTURES = frozenset({"stack", "recovery", "two_relays"})
+# Fixtures that start relays, their processes or Redis: a test that uses any of them is a
+# `stack` test. Modules whose tests start relays of their own say so with `pytestmark`.
+STACK_FIXTURES = frozenset({"stack", "recovery", "two_relays", "redis_url"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -22,6 +22,8 @@ from tests.support.clients import Agent, poll
 from tests.support.conversations import event_lines
 from tests.support.relays import FAST_TIMES, Relay, RelayStack, own_relay
 
+pytestmark = pytest.mark.stack  # relays of its own
+
 MINUTE_SECONDS = 1
 CAP_DIGEST_SECONDS = 6
 TIMES = {

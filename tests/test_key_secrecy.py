@@ -22,6 +22,8 @@ from tests.fakes.llm import FakeLLM
 from tests.fakes.runs import FakeRunsServer
 from tests.support.relays import Relay, RelayStack, own_relay
 
+pytestmark = pytest.mark.stack  # relays of its own
+
 CHAT_KEY = "sk-distinctive-chat-key-7Q9xW2"
 RUNS_KEY = "hk-distinctive-runs-key-3Zp8Lm"
 WRONG_KEY = "sk-distinctive-wrong-key-5Kd2Vb"

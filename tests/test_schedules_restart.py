@@ -23,6 +23,8 @@ from oar.core.timeutil import utcnow
 from tests.support.clients import poll
 from tests.support.relays import FAST_TIMES, Relay, RelayStack, own_relay
 
+pytestmark = pytest.mark.stack  # relays of its own
+
 MINUTE_SECONDS = 3
 TIMES = {**FAST_TIMES, "SCHEDULE_MINUTE_SECONDS": str(MINUTE_SECONDS)}
 
