@@ -8,7 +8,8 @@ from oar.core.db import database
 from oar.core.errors import ActionError
 from oar.core.models import Message, Session
 from oar.turns import automated, turns
-from tests.conftest import Agent, Relay
+from tests.support.clients import Agent
+from tests.support.relays import Relay
 
 
 def test_it_starts_a_turn_in_an_idle_conversation(relay: Relay, desk: Agent) -> None:

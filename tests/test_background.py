@@ -8,7 +8,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from oar.turns.still_working import quiet_at
-from tests.conftest import Agent, Relay
+from tests.support.clients import Agent
+from tests.support.relays import Relay
 
 T0 = datetime(2026, 11, 30, 9, 0, 0)
 

@@ -14,22 +14,10 @@ from oar.actions.catalog import load_actions
 from oar.approvals.cards import DECLARED_REASONS, REMEMBERED, Request, reasons_for, seconds_waited
 from oar.core.models import Card, Message, Session
 from oar.core.timeutil import utcnow
-from tests.conftest import FAST_TIMES, Agent, Relay, poll
-from tests.test_bad_input import snapshot
-from tests.test_recovery import recovery_stack
-
-
-def write(relay: Relay, session_id: str, text: str) -> str:
-    """The owner writes in the conversation; returns the prompt's message id."""
-    return relay.owner.post(f"/api/v1/owner/sessions/{session_id}/messages", {"text": text})["message_id"]
-
-
-def relay_line(call: dict[str, Any]) -> str:
-    return "!relay " + json.dumps(call)
-
-
-def pending_card(relay: Relay) -> dict[str, Any]:
-    return poll("a pending approval card", lambda: (relay.owner.get("/api/v1/owner/inbox")["cards"] or [None])[0])
+from tests.support.clients import Agent, poll
+from tests.support.conversations import decide, pending_card, relay_line, write
+from tests.support.relays import FAST_TIMES, Relay, own_relay
+from tests.support.snapshots import snapshot
 
 
 def relay_result(relay: Relay, agent: Agent, session_id: str, message_id: str) -> dict[str, Any]:
@@ -38,10 +26,6 @@ def relay_result(relay: Relay, agent: Agent, session_id: str, message_id: str) -
     assert done["status"] == "done", done
     line = next(line for line in done["reply"]["text"].splitlines() if line.startswith("relay: "))
     return json.loads(line[len("relay: "):])
-
-
-def decide(relay: Relay, card_id: str, decision: str) -> dict[str, Any]:
-    return relay.owner.post(f"/api/v1/owner/cards/{card_id}", {"decision": decision})["card"]
 
 
 @pytest.fixture
@@ -265,8 +249,11 @@ def test_card_decisions_on_bad_cards_are_refused_and_change_nothing(relay: Relay
     assert snapshot(relay)["counts"]["Card"] == before["counts"]["Card"]
 
 
+@pytest.mark.stack
 def test_an_undecided_card_expires(tmp_path: Path) -> None:
-    with recovery_stack(tmp_path, {**FAST_TIMES, "CARD_EXPIRY_SECONDS": "2"}) as (_stack, relay, _redis):
+    with own_relay(tmp_path, {**FAST_TIMES, "CARD_EXPIRY_SECONDS": "2"}) as running:
+        relay = running.relay
+        assert relay is not None
         ops = relay.conversation("ops", approvals=())
         desk = relay.conversation("desk")
         prompt = write(relay, ops.session_id, relay_line({"action": "subscribe", "sessions": [desk.session_id]}))

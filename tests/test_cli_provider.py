@@ -19,7 +19,8 @@ from oar.core.models import Task
 from oar.core.timeutil import utcnow
 from oar.providers.base import Activity, AgentSession, TaskEnded, TaskReported, TextDelta, Usage
 from oar.providers.cli import CliFailure, CliLineParser, render
-from tests.conftest import Agent, Relay, poll
+from tests.support.clients import Agent, poll
+from tests.support.relays import Relay
 
 FAKE_AGENT = str(Path(__file__).resolve().parent / "fakes" / "cli_agent.py")
 

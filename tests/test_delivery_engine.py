@@ -1,7 +1,7 @@
 """The delivery engine end to end (SPEC §8.2, §8.3): heartbeats, stalled turns and tasks,
 subagent_finished, and the hourly cap, over real HTTP with real workers and the clock.
 
-Each test runs a relay of its own (tests/test_recovery.py's stack: the Flask app over HTTP,
+Each test runs a relay of its own (tests/support/relays.py `own_relay`: the Flask app over HTTP,
 RQ worker processes and `oar clock`) with the subscription "minute" shortened
 (DELIVERY_MINUTE_SECONDS), so that `heartbeat_minutes: 5` is 5 s and `stalled_minutes: 2`
 is 2 s, and with a short delivery window.
@@ -18,9 +18,11 @@ import pytest
 
 from oar.core.db import database
 from oar.core.models import Event, HeldEvent, Message, Subscription
-from tests.conftest import FAST_TIMES, Agent, Relay, poll
-from tests.test_questions import event_lines
-from tests.test_recovery import RecoveryStack, recovery_stack
+from tests.support.clients import Agent, poll
+from tests.support.conversations import event_lines
+from tests.support.relays import FAST_TIMES, Relay, RelayStack, own_relay
+
+pytestmark = pytest.mark.stack  # relays of its own
 
 MINUTE_SECONDS = 1
 CAP_DIGEST_SECONDS = 6
@@ -33,10 +35,10 @@ TIMES = {
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Iterator[tuple[RecoveryStack, Relay]]:
-    with recovery_stack(tmp_path, TIMES) as (stack, relay, _redis):
-        stack.start_clock()
-        yield stack, relay
+def engine(tmp_path: Path) -> Iterator[tuple[RelayStack, Relay]]:
+    with own_relay(tmp_path, TIMES, clock=True) as stack:
+        assert stack.relay is not None
+        yield stack, stack.relay
 
 
 def held_rows(watcher_id: str, kind: str | None = None) -> list[HeldEvent]:

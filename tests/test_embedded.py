@@ -8,14 +8,8 @@ data directory.
 
 from __future__ import annotations
 
-import os
-import queue
-import re
 import secrets
 import signal
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,122 +20,13 @@ import pytest
 import requests
 
 from oar.engine.reconciler import ORPHANED_TEXT
-from tests.conftest import Agent, Client
-from tests.servers import free_port
+from tests.support.clients import Agent, Client
+from tests.support.embedded import LISTENING, OWNER_TOKEN, Launcher
+from tests.support.servers import free_port
 
-PROJECT = Path(__file__).resolve().parent.parent
-LISTENING = re.compile(r'^OAR relay "(?P<name>[^"]+)" listening on (?P<url>http://\S+)$')
-OWNER_TOKEN = re.compile(r"^Owner token \(shown once; keep it\): (?P<token>\S+)$")
+pytestmark = pytest.mark.stack
+
 STALE_SECONDS = 3
-
-
-class Launcher:
-    """`python app.py` in its own process group, with its stdout read line by line."""
-
-    def __init__(self, data_dir: Path, port: int, name: str) -> None:
-        env = {key: value for key, value in os.environ.items() if not key.startswith("OAR_")}
-        for key in ("REDIS_URL", "DATABASE_URL", "PORT", "WEB_CONCURRENCY"):
-            env.pop(key, None)
-        env.update(
-            OAR_DATA_DIR=str(data_dir),
-            PORT=str(port),
-            OAR_RELAY_NAME=name,
-            OAR_WORKER_PROCESSES="2",
-            WEB_CONCURRENCY="2",
-            OAR_LOG_LEVEL="WARNING",
-            OAR_TURN_HEARTBEAT_SECONDS="0.5",
-            OAR_TURN_STALE_SECONDS=str(STALE_SECONDS),
-            OAR_RECONCILE_SECONDS="0.5",
-            OAR_STOP_POLL_SECONDS="0.5",
-            PYTHONUNBUFFERED="1",
-        )
-        self.stderr = open(data_dir / f"launcher-{secrets.token_hex(3)}.log", "wb")  # noqa: SIM115
-        self.process = subprocess.Popen(
-            [sys.executable, "app.py"], cwd=PROJECT, env=env, stdout=subprocess.PIPE,
-            stderr=self.stderr, start_new_session=True, text=True,
-        )
-        self.lines: list[str] = []
-        self._queue: queue.Queue[str | None] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self._queue.put(line.rstrip("\n"))
-        self._queue.put(None)
-
-    def next_line(self, pattern: re.Pattern[str], timeout: float) -> re.Match[str]:
-        """The next stdout line matching `pattern` (others are kept in `lines`)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise AssertionError(f"no line matching {pattern.pattern!r} within {timeout} s; stdout: {self.lines}; {self.log()}")
-            try:
-                line = self._queue.get(timeout=remaining)
-            except queue.Empty:
-                continue
-            if line is None:
-                raise AssertionError(f"app.py exited ({self.process.poll()}) before printing {pattern.pattern!r}; stdout: {self.lines}; {self.log()}")
-            self.lines.append(line)
-            match = pattern.match(line)
-            if match:
-                return match
-
-    def rest_of_stdout(self, timeout: float) -> list[str]:
-        """Every remaining stdout line, up to EOF (the launcher and its children have exited)."""
-        self._reader.join(timeout)
-        assert not self._reader.is_alive(), "stdout stayed open: a child of app.py still holds it"
-        while True:
-            line = self._queue.get_nowait()
-            if line is None:
-                return self.lines
-            self.lines.append(line)
-
-    def log(self) -> str:
-        self.stderr.flush()
-        return "stderr tail: " + Path(self.stderr.name).read_text(errors="replace")[-3000:]
-
-    def descendants(self) -> list[psutil.Process]:
-        """The launcher's children and theirs, plus the embedded redis-server (which daemonizes)."""
-        root = psutil.Process(self.process.pid)
-        found = root.children(recursive=True)
-        sockets = set()
-        for child in found:
-            try:
-                url = child.environ().get("REDIS_URL", "")
-            except psutil.Error:
-                continue
-            if url.startswith("unix://"):
-                sockets.add(url.removeprefix("unix://"))
-        for candidate in psutil.process_iter(["cmdline"]):
-            cmdline = candidate.info["cmdline"] or []
-            if any(arg.startswith("unixsocket:") and arg.removeprefix("unixsocket:") in sockets for arg in cmdline):
-                found.append(candidate)
-        return found
-
-    def kill_everything(self) -> None:
-        """Last resort cleanup: the process group and whatever escaped it."""
-        leftovers = []
-        try:
-            leftovers = self.descendants()
-        except psutil.Error:
-            pass
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        for process in leftovers:
-            try:
-                process.kill()
-            except psutil.Error:
-                pass
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-        self.stderr.close()
 
 
 def command_line(process: psutil.Process) -> str:
@@ -163,7 +48,7 @@ def launch(tmp_path: Path) -> Iterator[Any]:
     started: list[Launcher] = []
 
     def start(data_dir: Path, port: int, name: str) -> Launcher:
-        launcher = Launcher(data_dir, port, name)
+        launcher = Launcher(data_dir, port, name, STALE_SECONDS)
         started.append(launcher)
         return launcher
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Agent, Relay, poll
+from tests.support.clients import Agent, poll
+from tests.support.relays import Relay
 
 
 @pytest.fixture

@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 from oar.actions.catalog import load_actions
 from oar.core.errors import STATUS_BY_CODE
 from oar.core.fields import Param
-from tests.conftest import Agent, Relay
+from tests.support.clients import Agent
+from tests.support.relays import Relay
 
 ACTIONS = load_actions()
 REGISTERED = sorted(ACTIONS)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tests.conftest import Agent, Relay
+from tests.support.clients import Agent
+from tests.support.relays import Relay
 
 
 def owner_group(relay: Relay, name: str) -> dict[str, Any]:

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,10 +18,11 @@ import pytest
 
 from oar.core.db import database
 from oar.providers import ensure_builtin
-from tests.conftest import FAST_TIMES, PROJECT, Relay, Stack, make_config, stack_environment
 from tests.fakes.llm import FakeLLM
 from tests.fakes.runs import FakeRunsServer
-from tests.servers import create_postgres_database, drop_postgres_database
+from tests.support.relays import Relay, RelayStack, own_relay
+
+pytestmark = pytest.mark.stack  # relays of its own
 
 CHAT_KEY = "sk-distinctive-chat-key-7Q9xW2"
 RUNS_KEY = "hk-distinctive-runs-key-3Zp8Lm"
@@ -32,29 +30,10 @@ WRONG_KEY = "sk-distinctive-wrong-key-5Kd2Vb"
 KEYS = (CHAT_KEY, RUNS_KEY, WRONG_KEY)
 
 
-class LoggedStack(Stack):
-    """The conftest Stack with its workers logging at DEBUG into a file."""
-
-    def start_workers(self) -> None:
-        self.log_path = Path(self.config.data_dir).parent / "workers.log"
-        self.log_file = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop_workers
-        env = {**stack_environment(self.config, self.times), "OAR_LOG_LEVEL": "DEBUG"}
-        self.workers = subprocess.Popen(
-            [sys.executable, "-m", "oar", "worker", "--processes", str(self.worker_processes)],
-            cwd=PROJECT, env=env, stdout=self.log_file, stderr=subprocess.STDOUT,
-        )
-
-    def stop_workers(self) -> None:
-        super().stop_workers()
-        self.log_file.close()
-
-
 @pytest.fixture
-def logged(tmp_path: Path, redis_url: str) -> Iterator[tuple[LoggedStack, Relay, Path]]:
-    """A relay of its own (the shared relay's database is restored afterwards), with logs."""
-    external = os.environ.get("OAR_TEST_DATABASE_URL")
-    database_url = create_postgres_database(external) if external else None
-    config = make_config(tmp_path / "relay", redis_url, database_url)
+def logged(tmp_path: Path, redis_url: str) -> Iterator[tuple[RelayStack, Relay, Path]]:
+    """A relay of its own (the shared relay's database is restored afterwards), logging at DEBUG:
+    the web (in this process) into web.log, its worker processes into their log file."""
     web_log = tmp_path / "web.log"
     handler = logging.FileHandler(web_log)
     handler.setLevel(logging.DEBUG)
@@ -63,28 +42,21 @@ def logged(tmp_path: Path, redis_url: str) -> Iterator[tuple[LoggedStack, Relay,
     level = root.level
     root.addHandler(handler)
     root.setLevel(logging.DEBUG)
-    previous = database.obj
-    stack = LoggedStack(config, FAST_TIMES)
     try:
-        relay = stack.start()
-        with database.connection_context():
-            ensure_builtin()
-        relay.settings(agent_sessions_enabled=True, rate_calls_per_minute=0, rate_writes_per_minute=0)
-        yield stack, relay, web_log
+        with own_relay(tmp_path, redis_url=redis_url, worker=False) as stack:
+            assert stack.relay is not None
+            with database.connection_context():
+                ensure_builtin()
+            stack.start_worker(OAR_LOG_LEVEL="DEBUG")
+            yield stack, stack.relay, web_log
     finally:
-        if getattr(stack, "server", None) is not None:
-            stack.stop()
         root.removeHandler(handler)
         handler.close()
         root.setLevel(level)
-        if previous is not None:
-            database.initialize(previous)  # the shared `relay` fixture's database, as it was
-        if database_url:
-            drop_postgres_database(database_url)
 
 
 def test_no_api_key_appears_in_answers_listings_transcripts_errors_or_logs(
-    logged: tuple[LoggedStack, Relay, Path],
+    logged: tuple[RelayStack, Relay, Path],
 ) -> None:
     stack, relay, web_log = logged
     llm = FakeLLM(api_key=CHAT_KEY).start()
@@ -131,8 +103,8 @@ def test_no_api_key_appears_in_answers_listings_transcripts_errors_or_logs(
         for key in KEYS:
             assert key not in shown
 
-        stack.stop_workers()  # flushes their output
-        worker_log = stack.log_path.read_text(errors="replace")
+        stack.stop("worker")  # flushes their output
+        worker_log = stack.log_path("worker").read_text(errors="replace")
         web = web_log.read_text(errors="replace")
         # The logs are the real thing: the workers logged their calls to the providers, the web its requests.
         assert "/v1/chat/completions" in worker_log and "/v1/runs" in worker_log

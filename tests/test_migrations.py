@@ -18,8 +18,8 @@ from oar.core.config import Config
 from oar.core.db import SQLITE_PRAGMAS, database, open_database
 from oar.core.models import MODELS
 from oar.owner.bootstrap import MIGRATIONS
-from tests.conftest import PROJECT
-from tests.servers import create_postgres_database, drop_postgres_database, postgres_unreachable
+from tests.support.processes import PROJECT
+from tests.support.servers import create_postgres_database, drop_postgres_database, postgres_unreachable
 
 MIGRATION_NAMES = sorted(path.stem for path in MIGRATIONS.glob("[0-9]*.py"))
 

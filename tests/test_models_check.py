@@ -10,7 +10,8 @@ from oar.core.errors import ActionError
 from oar.providers import provider_class
 from oar.providers.base import Provider
 from oar.providers.modelcheck import check_model, suggestions_for
-from tests.conftest import Agent, Relay
+from tests.support.clients import Agent
+from tests.support.relays import Relay
 
 Echo = provider_class("echo")
 

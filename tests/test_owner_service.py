@@ -13,7 +13,8 @@ from oar.core.db import database
 from oar.core.errors import ActionError
 from oar.core.models import AgentToken, Card, Message, Session
 from oar.owner import conversations, inbox
-from tests.conftest import Relay, poll
+from tests.support.clients import poll
+from tests.support.relays import Relay
 
 OAR = Path(__file__).resolve().parent.parent / "oar"
 WEB_FRAMEWORKS = ("flask", "werkzeug")

@@ -16,9 +16,11 @@ import requests
 from oar.core.db import database
 from oar.core.models import Provider as ProviderRow
 from oar.core.models import Session as SessionRow
-from tests.conftest import Agent, Relay, poll
 from tests.fakes.llm import FakeLLM
-from tests.test_bad_input import snapshot
+from tests.support.clients import Agent, poll
+from tests.support.conversations import pending_card, relay_line
+from tests.support.relays import Relay
+from tests.support.snapshots import snapshot
 
 XSS = "<img src=x onerror=alert(1)>"
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -493,8 +495,6 @@ def test_watching_counts_the_open_sessions_an_all_subscription_sees(relay: Relay
 def test_bad_card_decisions_and_answers_on_the_page_say_why_and_change_nothing(
     relay: Relay, owner: Browser, desk: Agent
 ) -> None:
-    from tests.test_cards import pending_card, relay_line
-
     ops = relay.conversation("ops", approvals=())
     relay.owner.post(f"/api/v1/owner/sessions/{ops.session_id}/messages",
                      {"text": relay_line({"action": "create_session", "relay": "this", "text": "x"})})

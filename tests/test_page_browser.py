@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from tests.conftest import PROJECT, Agent, Relay
+from tests.support.clients import Agent
+from tests.support.processes import PROJECT
+from tests.support.relays import Relay
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SCREENSHOTS = PROJECT / "docs" / "screenshots"

@@ -7,15 +7,9 @@ Skipped (with the reason) only when PostgreSQL or Redis at 127.0.0.1 do not answ
 from __future__ import annotations
 
 import os
-import secrets
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psutil
@@ -23,8 +17,9 @@ import pytest
 import requests
 
 from oar.core.db import POSTGRES_POOL
-from tests.conftest import Agent, Client
-from tests.servers import (
+from tests.support.clients import Agent, Owner
+from tests.support.relays import WEB, RelayStack, make_config, relay_environment
+from tests.support.servers import (
     create_postgres_database,
     drop_postgres_database,
     free_port,
@@ -32,14 +27,15 @@ from tests.servers import (
     postgres_unreachable,
 )
 
-PROJECT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.stack
+
 POSTGRES_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 REDIS_SERVER = "redis://127.0.0.1:6379/0"
 FAST_TIMES = {
-    "OAR_TURN_HEARTBEAT_SECONDS": "0.5",
-    "OAR_TURN_STALE_SECONDS": "3",
-    "OAR_RECONCILE_SECONDS": "0.5",
-    "OAR_STOP_POLL_SECONDS": "0.5",
+    "TURN_HEARTBEAT_SECONDS": "0.5",
+    "TURN_STALE_SECONDS": "3",
+    "RECONCILE_SECONDS": "0.5",
+    "STOP_POLL_SECONDS": "0.5",
 }
 CONCURRENT_SENDS = 100
 # gunicorn.conf.py's web workers on this machine, the 2 worker processes and the clock.
@@ -61,106 +57,34 @@ def servers_reachable() -> str | None:
     return postgres_unreachable(POSTGRES_SERVER)
 
 
-@dataclass
-class Procfile:
-    env: dict[str, str]
-    url: str
-    logs: Path
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-
-    def run(self, name: str, *command: str) -> subprocess.Popen[bytes]:
-        log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
-        process = subprocess.Popen(
-            [sys.executable, *command], cwd=PROJECT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        log.close()
-        self.processes[name] = process
-        return process
-
-    def log(self, name: str) -> str:
-        return (self.logs / f"{name}.log").read_text(errors="replace")[-3000:]
-
-    def stop(self) -> None:
-        tree: list[psutil.Process] = []
-        for process in self.processes.values():
-            try:
-                tree += psutil.Process(process.pid).children(recursive=True)
-            except psutil.Error:
-                pass
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for process in self.processes.values():
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        for process in self.processes.values():
-            if process.poll() is None:
-                try:
-                    os.killpg(process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                process.wait(timeout=10)
-        for leftover in tree:  # RQ work horses lead process groups of their own
-            try:
-                leftover.kill()
-            except psutil.Error:
-                pass
-
-
 @pytest.fixture(scope="module")
-def procfile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Procfile]:
+def procfile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RelayStack]:
     missing = servers_reachable()
     if missing:
         pytest.skip(missing)
     import redis
 
     database_url = create_postgres_database(POSTGRES_SERVER)
-    namespace = f"oartest{secrets.token_hex(4)}"
-    port = free_port()
     data_dir = tmp_path_factory.mktemp("procfile")
-    env = {key: value for key, value in os.environ.items() if not key.startswith("OAR_")}
-    env.pop("WEB_CONCURRENCY", None)
-    env.update(
-        DATABASE_URL=database_url,
-        REDIS_URL=REDIS_SERVER,
-        OAR_NAMESPACE=namespace,
-        OAR_OWNER_TOKEN="oar_o_" + secrets.token_urlsafe(32),
-        OAR_DATA_DIR=str(data_dir),
-        OAR_RELAY_NAME="procfile",
-        OAR_LOG_LEVEL="WARNING",
-        PORT=str(port),
-        **FAST_TIMES,
-    )
-    stack = Procfile(env=env, url=f"http://127.0.0.1:{port}", logs=data_dir)
+    config = make_config(data_dir, REDIS_SERVER, database_url, name="procfile", port=free_port(), times=FAST_TIMES)
+    # The machine's environment without any relay setting, plus the relay's.
+    base = {key: value for key, value in os.environ.items() if not key.startswith("OAR_")}
+    base.pop("WEB_CONCURRENCY", None)
+    stack = RelayStack(config, FAST_TIMES, logs=data_dir, env=relay_environment(config, FAST_TIMES, base))
     try:
-        migrate = subprocess.run(
-            [sys.executable, "-m", "oar", "migrate"], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=120
-        )
-        assert migrate.returncode == 0, migrate.stderr
+        migrate = stack.migrate()
         assert migrate.stdout.startswith("applied ") and "0001_initial" in migrate.stdout, migrate.stdout
         # Bare, as in the Procfile: gunicorn finds ./gunicorn.conf.py by itself.
-        stack.run("web", "-m", "gunicorn", "wsgi:app")
-        stack.run("worker", "-m", "oar", "worker", "--processes", "2")
-        stack.run("clock", "-m", "oar", "clock")
-        deadline = time.monotonic() + 90
-        while True:
-            for name, process in stack.processes.items():
-                assert process.poll() is None, f"{name} exited: {stack.log(name)}"
-            try:
-                if requests.get(f"{stack.url}/healthz", timeout=5).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline, f"web never became healthy: {stack.log('web')}"
-            time.sleep(0.2)
+        stack.start(WEB, "-m", "gunicorn", "wsgi:app")
+        stack.start_worker(2)
+        stack.start_clock()
+        stack.wait_until_healthy(90)
         yield stack
     finally:
         stack.stop()
         connection = redis.Redis.from_url(REDIS_SERVER)
         # The relay's own keys, and RQ's for its queue (rq:queue:<namespace>, rq:wip:<namespace>, …).
+        namespace = config.namespace
         keys = [key for pattern in (f"{namespace}*", f"rq:*:{namespace}*") for key in connection.scan_iter(match=pattern, count=1000)]
         for start in range(0, len(keys), 500):
             connection.delete(*keys[start : start + 500])
@@ -168,33 +92,28 @@ def procfile(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Procfile]:
 
 
 @pytest.fixture(scope="module")
-def owner(procfile: Procfile) -> Client:
-    owner = Client(procfile.url, procfile.env["OAR_OWNER_TOKEN"])
-    owner.patch(
-        "/api/v1/owner/settings",
-        {"agent_sessions_enabled": True, "rate_calls_per_minute": 0, "rate_writes_per_minute": 0},
-    )
+def owner(procfile: RelayStack) -> Owner:
+    owner = Owner(procfile.url, procfile.env["OAR_OWNER_TOKEN"])
+    owner.open_for_agents()
     return owner
 
 
-def conversation(procfile: Procfile, owner: Client, title: str) -> Agent:
-    body = owner.post("/api/v1/owner/sessions", {"title": title})
-    owner.patch(f"/api/v1/owner/sessions/{body['session']['id']}", {"approvals": ["create_sessions"]})
-    return Agent(procfile.url, body["token"], body["session"]["id"])
+def conversation(owner: Owner, title: str) -> Agent:
+    return owner.conversation(title, approvals=("create_sessions",))
 
 
-def test_web_uses_gunicorn_conf_py_and_answers_health(procfile: Procfile) -> None:
+def test_web_uses_gunicorn_conf_py_and_answers_health(procfile: RelayStack) -> None:
     health = requests.get(f"{procfile.url}/healthz", timeout=10)
     assert health.status_code == 200
     assert health.json() == {"ok": True, "version": health.json()["version"], "relay": "procfile"}
     # gunicorn.conf.py asks for threaded (gthread) workers; a bare `gunicorn wsgi:app` read it.
-    arbiter = psutil.Process(procfile.processes["web"].pid)
+    arbiter = psutil.Process(procfile.parts[WEB].pid)
     assert len(arbiter.children()) >= 1
-    assert "Using worker: gthread" in procfile.log("web")
+    assert "Using worker: gthread" in procfile.log(WEB)
 
 
-def test_create_send_and_wait_work(procfile: Procfile, owner: Client) -> None:
-    desk = conversation(procfile, owner, "desk")
+def test_create_send_and_wait_work(procfile: RelayStack, owner: Owner) -> None:
+    desk = conversation(owner, "desk")
     created = desk.ok("create_session", relay="this", text="hello postgres", wait_seconds=60)
     assert created["status"] == "done", created
     assert created["reply"]["text"] == "echo: hello postgres"
@@ -204,8 +123,8 @@ def test_create_send_and_wait_work(procfile: Procfile, owner: Client) -> None:
     assert done["status"] == "done" and done["reply"]["text"] == "echo: second", done
 
 
-def test_many_concurrent_long_waits_do_not_block_other_requests(procfile: Procfile, owner: Client) -> None:
-    senders = [conversation(procfile, owner, f"sender {n}") for n in range(SENDERS)]
+def test_many_concurrent_long_waits_do_not_block_other_requests(procfile: RelayStack, owner: Owner) -> None:
+    senders = [conversation(owner, f"sender {n}") for n in range(SENDERS)]
     targets = [owner.post("/api/v1/owner/sessions", {"title": f"target {n}"})["session"]["id"] for n in range(CONCURRENT_SENDS)]
     outstanding = 0
     lock = threading.Lock()

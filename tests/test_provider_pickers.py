@@ -13,8 +13,9 @@ import pytest
 from oar import providers
 from oar.core import settings as stored_values
 from oar.core.db import database
-from tests.conftest import Agent, Relay
 from tests.fakes.llm import FakeLLM
+from tests.support.clients import Agent
+from tests.support.relays import Relay
 
 # A port nothing listens on: connecting is refused at once.
 CLOSED = "http://127.0.0.1:9/v1"

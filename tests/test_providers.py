@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from oar.actions.catalog import load_actions, ordered_actions
-from tests.conftest import Agent, Relay, poll
 from tests.fakes.llm import FakeLLM
+from tests.support.clients import Agent, poll
+from tests.support.relays import Relay
 
 PROTOCOLS = ("chat", "responses", "anthropic")
 PATHS = {"chat": "/chat/completions", "responses": "/responses", "anthropic": "/messages"}

@@ -6,18 +6,12 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Agent, Relay, poll
-from tests.test_bad_input import snapshot
+from tests.support.clients import Agent, poll
+from tests.support.conversations import event_lines
+from tests.support.relays import Relay
+from tests.support.snapshots import snapshot
 
 ASKING = "!ask Ship the migration tonight? | Yes | Wait"
-
-
-def messages_of(relay: Relay, session_id: str) -> list[dict[str, Any]]:
-    return relay.owner.get(f"/api/v1/owner/sessions/{session_id}")["messages"]
-
-
-def event_lines(relay: Relay, session_id: str) -> list[str]:
-    return [m["text"] for m in messages_of(relay, session_id) if m["role"] == "event"]
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from oar.core.ratelimit import retry_after
-from tests.conftest import Agent, Relay
+from tests.support.clients import Agent
+from tests.support.relays import Relay
 
 
 def owner_sessions(relay: Relay) -> list[str]:

@@ -27,9 +27,10 @@ from oar.providers.runs import (
     with_backfill,
 )
 from oar.providers.sse import SseEvent
-from tests.conftest import Agent, Relay, poll
 from tests.fakes.llm import FakeLLM
 from tests.fakes.runs import FakeRunsServer
+from tests.support.clients import Agent, poll
+from tests.support.relays import Relay
 
 
 @pytest.fixture(scope="module")

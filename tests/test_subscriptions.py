@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.conftest import Agent, Relay, poll
-from tests.test_questions import event_lines
+from tests.support.clients import Agent, poll
+from tests.support.conversations import event_lines
+from tests.support.relays import Relay
 
 
 def watcher_events(relay: Relay, agent: Agent) -> list[str]:

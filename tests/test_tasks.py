@@ -15,8 +15,8 @@ from oar.core.db import database
 from oar.core.models import Event, Task
 from oar.core.timeutil import utcnow
 from oar.engine.reconciler import reconcile
-from tests.conftest import FAST_TIMES, Agent, Relay, poll
-from tests.test_recovery import recovery  # noqa: F401 - the fixture, used by the last test
+from tests.support.clients import Agent, poll
+from tests.support.relays import FAST_TIMES, Relay
 
 NOT_FOUND = "REMOTE_RELAY_NOT_FOUND"
 
@@ -213,7 +213,7 @@ def test_a_task_whose_worker_died_is_failed_by_the_reconciler(recovery: Any) -> 
     created = desk.ok("create_session", relay="this", text="!task sleep 120", wait_seconds=30)
     session, task_id = created["session"], task_in(desk, created["session"])["taskId"]
     pid = poll("the task to start", lambda: _pid_of(task_id))
-    stack.kill_workers()
+    stack.kill("worker")
     assert desk.ok("read_task_output", relay="this", session=session, task_id=task_id)["task"]["status"] == "running"
 
     def reconciled() -> int:

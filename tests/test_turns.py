@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import time
 
-from tests.conftest import Agent, Relay
+from tests.support.clients import Agent
+from tests.support.relays import Relay
 
 
 def test_it_creates_a_session_and_returns_the_echo_reply(relay: Relay, desk: Agent) -> None:

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Agent, Relay, poll
-from tests.test_cards import decide, pending_card, relay_line, write
+from tests.support.clients import Agent, poll
+from tests.support.conversations import decide, pending_card, relay_line, write
+from tests.support.relays import Relay
 
 
 @pytest.fixture

@@ -1,0 +1,42 @@
+"""Bad input to answer_question, ask, list_questions and withdraw is refused in the SPEC shape
+and changes nothing (SPEC §3, §5.11, §5.12, §14): the table of tests/support/bad_input/questions.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.bad_input.questions import CASES, VALID
+from tests.support.bad_input.world import Case, World, assert_case_refused
+
+ASKING = "!ask Ship the migration tonight? | Yes | Wait"
+
+
+@pytest.fixture
+def question_world(world: World) -> World:
+    """The shared world, plus a question card a session desk started waits on, and asks."""
+    waiting = world.desk.ok("create_session", relay="this", text=ASKING, wait_seconds=30)
+    assert waiting["status"] == "waiting_for_answer", waiting
+    world.refs["<card>"] = waiting["pendingQuestions"][0]["id"]
+    world.callers["asker"] = world.relay.agent_for(waiting["session"])
+    world.heartbeats_move = True
+    world.refs["<ask>"] = world.desk.ok("ask", question="Rotate the keys?")["question_id"]
+    other = world.relay.agent_for(world.refs["<other>"])
+    world.refs["<others_ask>"] = other.ok("ask", question="Tag the release?")["question_id"]
+    withdrawn = world.desk.ok("ask", question="Clean the cache?")["question_id"]
+    world.desk.ok("withdraw", question_id=withdrawn)
+    world.refs["<withdrawn_ask>"] = withdrawn
+    return world
+
+
+@pytest.mark.parametrize("bad", CASES, ids=lambda c: c.id)
+def test_bad_question_input_is_refused_and_changes_nothing(question_world: World, bad: Case) -> None:
+    assert_case_refused(question_world, bad)
+
+
+def test_the_valid_question_arguments_succeed(question_world: World) -> None:
+    """The table's cases spoil one thing each: without it, every action succeeds."""
+    world = question_world
+    assert world.desk.ok("list_questions", **world.fill(VALID["list_questions"]))["questions"]
+    assert world.desk.ok("answer_question", **world.fill(VALID["answer_question"]))["status"] == "answered"
+    assert world.desk.ok("withdraw", **world.fill(VALID["withdraw"]))["status"] == "withdrawn"
+    assert world.desk.ok("ask", **world.fill(VALID["ask"]))["status"] == "pending"
