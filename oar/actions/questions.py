@@ -46,7 +46,8 @@ def answer_question(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         action="answer_question", nothing=nothing, target=question.session, excerpt=answer,
         lines=(f"Question: {question.question[:200]}",),
     ))
-    if not questions.settle(ctx.runtime, question, status=QuestionStatus.ANSWERED, answer=answer, choices=choices, via=ctx.relay_name):
+    answered = QuestionStatus.ANSWERED
+    if not questions.settle(ctx.runtime, question, status=answered, answer=answer, choices=choices, via=ctx.relay_name):
         raise invalid(f"Question {question.id} was answered meanwhile. {nothing}")
     return {
         "summary": f"answer_question → {ctx.relay_name} session {question.session_id[:8]}: {question.id} answered",
@@ -133,7 +134,8 @@ def withdraw(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         raise ActionError("REMOTE_RELAY_FORBIDDEN", f"Only the conversation that asked {question.id} can withdraw it. {nothing}")
     if question.status == QuestionStatus.PENDING:
         cards.approve(ctx, cards.Request(action="withdraw", nothing=nothing, lines=(f"Question: {question.question[:200]}",)))
-    if not questions.settle(ctx.runtime, question, status=QuestionStatus.WITHDRAWN, answer=None, choices=None, via=ctx.relay_name):
+    withdrawn = QuestionStatus.WITHDRAWN
+    if not questions.settle(ctx.runtime, question, status=withdrawn, answer=None, choices=None, via=ctx.relay_name):
         raise invalid(f"Question {question.id} is no longer pending. {nothing}")
     return {
         "summary": f"withdraw → {ctx.relay_name}: question {question.id[:7]}… withdrawn",

@@ -193,7 +193,11 @@ def _await(runtime: Runtime, card_id: str, turn_id: str) -> str:
 
 
 def _end(card_id: str, status: CardStatus, now: datetime) -> bool:
-    ended = Card.update(status=status, decided_at=now).where((Card.id == card_id) & (Card.status == CardStatus.PENDING)).execute()
+    ended = (
+        Card.update(status=status, decided_at=now)
+        .where((Card.id == card_id) & (Card.status == CardStatus.PENDING))
+        .execute()
+    )
     release_connection()
     return bool(ended)
 

@@ -30,7 +30,8 @@ def background_session_ids(session_ids: Iterable[str]) -> set[str]:
     session_ids = list(session_ids)
     if not session_ids:
         return set()
-    query = Task.select(Task.session).where(Task.session.in_(session_ids) & (Task.status == TaskStatus.RUNNING)).distinct()
+    running = Task.session.in_(session_ids) & (Task.status == TaskStatus.RUNNING)
+    query = Task.select(Task.session).where(running).distinct()
     return set(query.scalars())
 
 

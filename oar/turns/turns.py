@@ -264,7 +264,8 @@ def signal_stop(runtime: Runtime, message_id: str) -> None:
 def cancel_queued(session: Session, reason: str) -> list[str]:
     """Mark every queued prompt of the session cancelled; returns their ids."""
     queued = [
-        row.id for row in Message.select(Message.id).where((Message.session == session) & (Message.status == TurnStatus.QUEUED))
+        row.id
+        for row in Message.select(Message.id).where((Message.session == session) & (Message.status == TurnStatus.QUEUED))
     ]
     if queued:
         Message.update(status=TurnStatus.CANCELLED, error=reason, completed_at=utcnow()).where(

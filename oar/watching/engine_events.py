@@ -147,7 +147,10 @@ def heartbeat_line(subscription: Subscription, holding: Holding) -> str:
     running; idle: "Review" (a12b…), "Docs" (77aa…) (subscription sub_…)`."""
     watched = holding.watched(subscription)
     turns_open, tasks = holding.turn_states(), holding.tasks_running()
-    states = {sid: turns_open.get(sid) or (SessionState.BACKGROUND_ONLY if sid in tasks else SessionState.IDLE) for sid in watched}
+    states = {
+        sid: turns_open.get(sid) or (SessionState.BACKGROUND_ONLY if sid in tasks else SessionState.IDLE)
+        for sid in watched
+    }
     at_work = [sid for sid in watched if states[sid] != SessionState.IDLE]
     idle = [sid for sid in watched if states[sid] == SessionState.IDLE]
     named = at_work[:HEARTBEAT_NAMED] + (idle if len(idle) <= HEARTBEAT_NAMED else [])

@@ -97,7 +97,8 @@ class Holding:
 
     def tasks_running(self) -> set[str]:
         if self._tasks is None:
-            self._tasks = {task.session_id for task in Task.select(Task.session).where(Task.status == TaskStatus.RUNNING).distinct()}
+            running = Task.select(Task.session).where(Task.status == TaskStatus.RUNNING).distinct()
+            self._tasks = {task.session_id for task in running}
         return self._tasks
 
     def busy(self, session_ids: list[str]) -> bool:
