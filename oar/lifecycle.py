@@ -7,6 +7,7 @@ from oar.background import tasks
 from oar.core.db import write_transaction
 from oar.core.models import Session
 from oar.core.runtime import Runtime
+from oar.core.statuses import ScheduleEndReason
 from oar.core.timeutil import utcnow
 from oar.schedules import schedules
 from oar.sessions import groups
@@ -33,7 +34,8 @@ def _end_work(runtime: Runtime, target: Session, reason: str, **flags: bool) -> 
         cancelled = turns.cancel_queued(target, reason)
         stopping = turns.request_stop(target) == "stop-queued"
         questions.end_for_session(target.id, utcnow())
-        schedules.end_for_session(target.id, "deleted" if flags.get("deleted") else "archived", utcnow())
+        reason_ended = ScheduleEndReason.DELETED if flags.get("deleted") else ScheduleEndReason.ARCHIVED
+        schedules.end_for_session(target.id, reason_ended, utcnow())
         lifetime.end_for_session(target.id, utcnow())
     tasks.stop_all(runtime, target.id)  # background tasks end with the session (SPEC §5.11)
     for message_id in cancelled:

@@ -16,6 +16,7 @@ from oar.core.fields import Param
 from oar.core.models import Message, Session
 from oar.core.settings import default_cwd
 from oar.core.shapes import CWD, EFFORT, GROUP, MODE, MODEL, PROVIDER, RELAY, SESSION, TEXT, TITLE, WAIT_SECONDS
+from oar.core.statuses import IN_PROGRESS_TURN, OPEN_TURN, TurnStatus
 from oar.core.timeutil import utcnow
 from oar.providers.base import Provider
 from oar.providers.choice import Requested, choose, pick_provider
@@ -48,12 +49,12 @@ def waited_result(ctx: CallContext, message: Message, args: dict[str, Any]) -> d
     else:
         message = Message.get(Message.id == message.id)
     entry = turns.result(ctx.runtime, message)
-    if message.status == "done":
+    if message.status == TurnStatus.DONE:
         working = background.still_working(ctx.runtime, message, max(0.0, deadline - time.monotonic()))
         if working:
             entry = background.report(entry, working, ctx.runtime.time("BACKGROUND_QUIET_SECONDS"))
     notes = [cap_note] if cap_note else []
-    if message.status in ("queued", "running"):
+    if message.status in IN_PROGRESS_TURN:
         notes.append(turns.NOT_FINISHED_NOTE)
     if entry.get("note"):
         notes.insert(0, entry["note"])
@@ -95,7 +96,7 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     provider, model, effort = chosen.provider, chosen.model, chosen.effort
     if busy and args.get("if_busy") == "fail":
         active = Message.select().where(
-            (Message.session == target.id) & Message.status.in_(session_state.OPEN_TURN)
+            (Message.session == target.id) & Message.status.in_(OPEN_TURN)
         ).order_by(Message.seq).first()
         raise ActionError(
             "REMOTE_RELAY_BUSY",

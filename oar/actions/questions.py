@@ -11,6 +11,7 @@ from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid
 from oar.core.fields import Param
 from oar.core.shapes import RELAY
+from oar.core.statuses import QuestionStatus
 from oar.sessions import sessions
 
 QUESTION_ID = Param("str", required=True, max_length=64, description="a question id (q_… or ask_…)")
@@ -45,11 +46,12 @@ def answer_question(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         action="answer_question", nothing=nothing, target=question.session, excerpt=answer,
         lines=(f"Question: {question.question[:200]}",),
     ))
-    if not questions.settle(ctx.runtime, question, status="answered", answer=answer, choices=choices, via=ctx.relay_name):
+    answered = QuestionStatus.ANSWERED
+    if not questions.settle(ctx.runtime, question, status=answered, answer=answer, choices=choices, via=ctx.relay_name):
         raise invalid(f"Question {question.id} was answered meanwhile. {nothing}")
     return {
         "summary": f"answer_question → {ctx.relay_name} session {question.session_id[:8]}: {question.id} answered",
-        "status": "answered",
+        "status": QuestionStatus.ANSWERED,
         "question_id": question.id,
         "session": question.session_id,
         "message_id": question.turn_id,
@@ -96,7 +98,7 @@ def ask(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     return {
         "summary": f"ask → {ctx.relay_name}: question {question.id[:7]}… pending",
         "question_id": question.id,
-        "status": "pending",
+        "status": QuestionStatus.PENDING,
         "session": target.id,
     }
 
@@ -110,7 +112,7 @@ def list_questions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """This conversation's asks: pending, and those answered, dismissed, withdrawn or ended within a day."""
     about = sessions.resolve(args["session"], ctx.relay_name).id if args.get("session") else None
     rows = [questions.listed(q) for q in questions.asks_of(ctx.caller.id, about, ctx.now)]
-    pending = sum(1 for q in rows if q["status"] == "pending")
+    pending = sum(1 for q in rows if q["status"] == QuestionStatus.PENDING)
     return {
         "summary": f"list_questions → {ctx.relay_name}: {len(rows)} questions, {pending} pending",
         "questions": rows,
@@ -130,13 +132,14 @@ def withdraw(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     question = questions.find(args["question_id"], ctx.relay_name, nothing)
     if question.kind != "ask" or question.asker_session_id != ctx.caller.id:
         raise ActionError("REMOTE_RELAY_FORBIDDEN", f"Only the conversation that asked {question.id} can withdraw it. {nothing}")
-    if question.status == "pending":
+    if question.status == QuestionStatus.PENDING:
         cards.approve(ctx, cards.Request(action="withdraw", nothing=nothing, lines=(f"Question: {question.question[:200]}",)))
-    if not questions.settle(ctx.runtime, question, status="withdrawn", answer=None, choices=None, via=ctx.relay_name):
+    withdrawn = QuestionStatus.WITHDRAWN
+    if not questions.settle(ctx.runtime, question, status=withdrawn, answer=None, choices=None, via=ctx.relay_name):
         raise invalid(f"Question {question.id} is no longer pending. {nothing}")
     return {
         "summary": f"withdraw → {ctx.relay_name}: question {question.id[:7]}… withdrawn",
         "question_id": question.id,
-        "status": "withdrawn",
+        "status": QuestionStatus.WITHDRAWN,
     }
 

@@ -17,6 +17,7 @@ from oar.core.errors import invalid, not_found
 from oar.core.fields import Param
 from oar.core.models import Message, Session
 from oar.core.shapes import RELAY, SESSION
+from oar.core.statuses import OPEN_TURN, TaskStatus, TurnStatus
 from oar.core.timeutil import iso
 from oar.sessions import groups, sessions
 from oar.sessions import state as session_state
@@ -61,7 +62,7 @@ def list_sessions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     scope = args.get("scope", "recent")
     limit = args.get("limit", defaults.LIST_SESSIONS_DEFAULT)
     query = Session.select().where(Session.deleted == False)  # noqa: E712
-    busy = Message.select(Message.session).where(Message.status.in_(session_state.OPEN_TURN))
+    busy = Message.select(Message.session).where(Message.status.in_(OPEN_TURN))
     if scope == "archived":
         query = query.where(Session.archived == True)  # noqa: E712
     elif scope != "all":
@@ -135,7 +136,7 @@ def read_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         messages.append(_message_entry(message, text, args.get("include_activity", False)))
     messages.reverse()
     shown_tasks = task_views.shown_for(ctx.runtime, [session.id], ctx.now).get(session.id, [])
-    background = any(task["status"] == "running" for task in shown_tasks)
+    background = any(task["status"] == TaskStatus.RUNNING for task in shown_tasks)
     state = session_state.state_of(session, session_state.is_busy(session), background)
     result: dict[str, Any] = {
         "summary": f"read_session → {ctx.relay_name} session {session.id[:8]}: {len(messages)} messages, {state}",
@@ -164,7 +165,7 @@ def _message_entry(message: Message, text: str, include_activity: bool) -> dict[
     }
     if message.status:
         entry["status"] = message.status
-        if message.status == "failed":
+        if message.status == TurnStatus.FAILED:
             entry["error"] = message.error
     if message.model and message.role == "assistant":
         entry["model"] = message.model
@@ -177,7 +178,7 @@ def _in_flight(session: Session) -> dict[str, Any] | None:
     if not session.active_turn:
         return None
     turn = Message.get_or_none(Message.id == session.active_turn)
-    if turn is None or turn.status != "running":
+    if turn is None or turn.status != TurnStatus.RUNNING:
         return None
     text, truncated = clip_reply(turn.partial_text or "")
     entry: dict[str, Any] = {"messageId": turn.id, "text": text, "startedAt": iso(turn.started_at), "model": turn.model}

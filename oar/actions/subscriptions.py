@@ -16,6 +16,7 @@ from oar.core.errors import ActionError, invalid, not_found
 from oar.core.fields import Param
 from oar.core.models import Session, Subscription
 from oar.core.shapes import RELAY
+from oar.core.statuses import SubscriptionEndReason
 from oar.sessions import sessions
 from oar.watching import delivery, ingest, lifetime, subscription_rules, views
 from oar.watching.quiet_hours import BadQuietHours, parse
@@ -214,7 +215,7 @@ def unsubscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     ended = []
     with write_transaction():
         for row in rows:
-            if lifetime.end(row, "unsubscribed", ctx.now):
+            if lifetime.end(row, SubscriptionEndReason.UNSUBSCRIBED, ctx.now):
                 ended.append(row.id)
     result: dict[str, Any] = {
         "summary": f"unsubscribe → {ctx.relay_name}: {len(ended)} ended",

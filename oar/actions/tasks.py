@@ -12,6 +12,7 @@ from oar.core.errors import not_found
 from oar.core.fields import Param
 from oar.core.models import Task
 from oar.core.shapes import RELAY, SESSION
+from oar.core.statuses import TaskStatus
 from oar.core.timeutil import iso
 from oar.sessions import sessions
 
@@ -65,7 +66,7 @@ def read_task_output(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         result["truncated"] = tail.truncated
         if tail.counts:
             result["counts"] = tail.counts
-    if task.status == "running":
+    if task.status == TaskStatus.RUNNING:
         quiet_after = ctx.settings["quiet_after_minutes"]
         result["stall"] = task_output.stall(task_views.last_output_time(task), ctx.now, quiet_after)
     result["summary"] = _summary(ctx, session.id, task, result)
@@ -78,7 +79,7 @@ def _tail(task: Task, lines: int, result: dict[str, Any]) -> task_output.Tail | 
         try:
             return task_output.render(task_output.read_window(task.output_path, lines), lines)
         except FileNotFoundError:
-            if task.status == "running" and task.heartbeat_at is None:
+            if task.status == TaskStatus.RUNNING and task.heartbeat_at is None:
                 result["note"] = NOTE_STARTING
                 return None
     if task.output_tail is not None:

@@ -27,6 +27,7 @@ from oar.core.errors import ActionError, invalid, not_found
 from oar.core.models import Approval, Card, Message, Session
 from oar.core.runtime import Runtime
 from oar.core.signals import publish
+from oar.core.statuses import LIVE_TURN, CardStatus
 from oar.core.timeutil import iso, utcnow
 from oar.core.waiting import Look, not_yet, settled, wait_on_signals
 
@@ -35,8 +36,6 @@ REMEMBERED = ("create_sessions", "watch_sessions", "change_other_sessions")
 # Reasons an action may declare in its spec: asked unless remembered, and
 # `change_other_sessions` only when the target is a session the caller did not start.
 DECLARED_REASONS = ("transfer", "change_other_sessions", "create_sessions", "watch_sessions")
-# Turns that can show a card (a turn waiting for an answer still runs).
-LIVE = ("running", "waiting_for_answer")
 # The card's sentence comes from the first of its reasons in this order.
 PRIORITY = ("loop", "transfer", "change_other_sessions", "create_sessions", "watch_sessions", "mode")
 EXCERPT_CHARS = 200
@@ -111,7 +110,7 @@ def approve(ctx: Asker, request: Request) -> None:
         )
     card = _create(ctx, caller, turn, request, reasons)
     outcome = _await(ctx.runtime, card.id, turn.id)
-    if outcome == "allowed":
+    if outcome == CardStatus.ALLOWED:
         return
     raise _refusal(card, outcome, request)
 
@@ -122,7 +121,7 @@ def live_turn(ctx: Asker) -> Message | None:
         return ctx.turn
     return (
         Message.select()
-        .where((Message.session == ctx.caller.id) & Message.status.in_(LIVE))
+        .where((Message.session == ctx.caller.id) & Message.status.in_(LIVE_TURN))
         .order_by(Message.seq)
         .first()
     )
@@ -175,14 +174,14 @@ def _await(runtime: Runtime, card_id: str, turn_id: str) -> str:
         card = Card.get_by_id(card_id)
         turn = Message.get_or_none(Message.id == turn_id)
         release_connection()
-        if card.status != "pending":
+        if card.status != CardStatus.PENDING:
             return settled(card.status)
         now = utcnow()
-        if turn is None or turn.stop_requested or turn.status not in LIVE:
-            _end(card_id, "withdrawn", now)
+        if turn is None or turn.stop_requested or turn.status not in LIVE_TURN:
+            _end(card_id, CardStatus.WITHDRAWN, now)
             return not_yet(card.status, again_within=0)
         if now >= card.expires_at:
-            _end(card_id, "expired", now)
+            _end(card_id, CardStatus.EXPIRED, now)
             return not_yet(card.status, again_within=0)
         return not_yet(card.status, again_within=(card.expires_at - now).total_seconds())
 
@@ -193,8 +192,12 @@ def _await(runtime: Runtime, card_id: str, turn_id: str) -> str:
     )
 
 
-def _end(card_id: str, status: str, now: datetime) -> bool:
-    ended = Card.update(status=status, decided_at=now).where((Card.id == card_id) & (Card.status == "pending")).execute()
+def _end(card_id: str, status: CardStatus, now: datetime) -> bool:
+    ended = (
+        Card.update(status=status, decided_at=now)
+        .where((Card.id == card_id) & (Card.status == CardStatus.PENDING))
+        .execute()
+    )
     release_connection()
     return bool(ended)
 
@@ -208,16 +211,16 @@ def decide(runtime: Runtime, card_id: str, decision: str) -> dict[str, Any]:
     if card is None:
         raise not_found(f'Relay "{runtime.relay_name()}" has no approval card "{(card_id or "")[:64]}". {nothing}')
     now = utcnow()
-    if card.status == "pending" and card.expires_at <= now:
-        _end(card.id, "expired", now)  # refused below as expired
-    status = "allowed" if decision == "allow" else "denied"
+    if card.status == CardStatus.PENDING and card.expires_at <= now:
+        _end(card.id, CardStatus.EXPIRED, now)  # refused below as expired
+    status = CardStatus.ALLOWED if decision == "allow" else CardStatus.DENIED
     with write_transaction():
         decided = (
             Card.update(status=status, decided_at=now)
-            .where((Card.id == card.id) & (Card.status == "pending"))
+            .where((Card.id == card.id) & (Card.status == CardStatus.PENDING))
             .execute()
         )
-        if decided and status == "allowed":
+        if decided and status == CardStatus.ALLOWED:
             _grant(card.session_id, "this", [r for r in card.reasons if r in REMEMBERED], card.id)
             if "loop" in card.reasons:  # Allow on the loop card starts the count over (SPEC §4)
                 loop.start_over(card.session_id)
@@ -232,16 +235,16 @@ def sweep(now: datetime) -> int:
     """End cards nobody can still be waiting on (their turn ended, or they expired): a
     waiting process that died leaves its card pending, and the Inbox must not show it."""
     ended = 0
-    pending = list(Card.select().where(Card.status == "pending"))
+    pending = list(Card.select().where(Card.status == CardStatus.PENDING))
     if not pending:
         return 0
-    turns = Message.select(Message.id).where(Message.id.in_([c.turn_id for c in pending]) & Message.status.in_(LIVE))
+    turns = Message.select(Message.id).where(Message.id.in_([c.turn_id for c in pending]) & Message.status.in_(LIVE_TURN))
     live = {turn.id for turn in turns}
     for card in pending:
         if card.expires_at <= now:
-            ended += _end(card.id, "expired", now)
+            ended += _end(card.id, CardStatus.EXPIRED, now)
         elif card.turn_id not in live:
-            ended += _end(card.id, "withdrawn", now)
+            ended += _end(card.id, CardStatus.WITHDRAWN, now)
     return ended
 
 
@@ -272,7 +275,7 @@ def _pending_query() -> Any:
     return (
         Card.select(Card, Session)
         .join(Session)
-        .where((Card.status == "pending") & (Session.deleted == False))  # noqa: E712
+        .where((Card.status == CardStatus.PENDING) & (Session.deleted == False))  # noqa: E712
         .order_by(Card.created_at)
     )
 
@@ -345,7 +348,7 @@ def _also(reason: str) -> str:
 
 
 def _refusal(card: Card, outcome: str, request: Request) -> ActionError:
-    if outcome == "denied":
+    if outcome == CardStatus.DENIED:
         if request.denied_code == "REMOTE_RELAY_PERMISSION":
             return ActionError(
                 "REMOTE_RELAY_PERMISSION",
@@ -355,7 +358,7 @@ def _refusal(card: Card, outcome: str, request: Request) -> ActionError:
         return ActionError(
             "REMOTE_RELAY_APPROVAL_DENIED", f"The owner denied {request.action} (card {card.id}). {request.nothing}"
         )
-    if outcome == "expired":
+    if outcome == CardStatus.EXPIRED:
         return ActionError(
             "REMOTE_RELAY_APPROVAL_DENIED",
             f"Nobody decided the approval card {card.id} before it expired; it was withdrawn. {request.nothing}",

@@ -21,6 +21,7 @@ from oar.core.errors import ActionError, invalid, not_found
 from oar.core.models import Message, Question, Session
 from oar.core.runtime import Runtime
 from oar.core.signals import publish
+from oar.core.statuses import QuestionStatus, TurnStatus
 from oar.core.timeutil import iso, utcnow
 
 # Pending asks per asking conversation and per target session (SPEC §5.12).
@@ -45,12 +46,12 @@ def shape(question: Question) -> dict[str, Any]:
 
 def pending_in_session(session_id: str) -> list[dict[str, Any]]:
     """Every pending question shown in the session: its own cards and asks about it."""
-    rows = Question.select().where((Question.session == session_id) & (Question.status == "pending"))
+    rows = Question.select().where((Question.session == session_id) & (Question.status == QuestionStatus.PENDING))
     return [shape(row) for row in rows.order_by(Question.created_at)]
 
 
 def pending_of_turn(turn_id: str) -> list[dict[str, Any]]:
-    rows = Question.select().where((Question.turn_id == turn_id) & (Question.status == "pending"))
+    rows = Question.select().where((Question.turn_id == turn_id) & (Question.status == QuestionStatus.PENDING))
     return [shape(row) for row in rows.order_by(Question.created_at)]
 
 
@@ -68,7 +69,7 @@ def create_ask_user(
 
 
 def check_ask_limits(asker_id: str, target_id: str, nothing: str) -> None:
-    pending = Question.select().where((Question.kind == "ask") & (Question.status == "pending"))
+    pending = Question.select().where((Question.kind == "ask") & (Question.status == QuestionStatus.PENDING))
     if pending.where(Question.asker_session_id == asker_id).count() >= MAX_PENDING_ASKS:
         raise ActionError(
             "REMOTE_RELAY_QUESTION_LIMIT",
@@ -102,7 +103,7 @@ def checked_answer(
     question: Question, answer: str | None, choices: list[Any] | None, nothing: str
 ) -> tuple[str, list[str] | None]:
     """The answer text and the chosen options, or INVALID_INPUT (nothing recorded)."""
-    if question.status != "pending":
+    if question.status != QuestionStatus.PENDING:
         raise invalid(f"Question {question.id} is {question.status}, not pending. {nothing}")
     options = question.options or []
     picked: list[str] | None = None
@@ -123,7 +124,7 @@ def checked_answer(
 
 
 def settle(
-    runtime: Runtime, question: Question, *, status: str, answer: str | None, choices: list[str] | None, via: str
+    runtime: Runtime, question: Question, *, status: QuestionStatus, answer: str | None, choices: list[str] | None, via: str
 ) -> bool:
     """Record an answer or dismissal once and wake the turn that waits on it.
 
@@ -134,20 +135,20 @@ def settle(
     with write_transaction():
         changed = (
             Question.update(status=status, answer=answer, choices=choices, via=via, answered_at=now)
-            .where((Question.id == question.id) & (Question.status == "pending"))
+            .where((Question.id == question.id) & (Question.status == QuestionStatus.PENDING))
             .execute()
         )
         if changed:
             events.record(
                 question.session_id, "question_answered",
                 {"questionId": question.id, "question": question.question,
-                 "answer": answer if status == "answered" else "(dismissed)"},
+                 "answer": answer if status == QuestionStatus.ANSWERED else "(dismissed)"},
                 now,
             )
         if changed and question.turn_id:
             # The waiting turn runs again from this moment: a `wait` now waits for its reply.
-            Message.update(status="running").where(
-                (Message.id == question.turn_id) & (Message.status == "waiting_for_answer")
+            Message.update(status=TurnStatus.RUNNING).where(
+                (Message.id == question.turn_id) & (Message.status == TurnStatus.WAITING_FOR_ANSWER)
             ).execute()
     if not changed:
         return False
@@ -160,14 +161,14 @@ def settle(
 def event_line(question: Question) -> str:
     """`[relay event] question_answered: ask_7d2… "Ship the migration…?" → "Wait" (via desk)`."""
     text = question.question if len(question.question) <= 60 else question.question[:59] + "…"
-    outcome = "dismissed" if question.status == "dismissed" else f'"{question.answer}"'
+    outcome = "dismissed" if question.status == QuestionStatus.DISMISSED else f'"{question.answer}"'
     return f'[relay event] question_answered: {question.id[:7]}… "{text}" → {outcome} (via {question.via})'
 
 
 def end_for_session(session_id: str, now: datetime) -> None:
     """Asks about an archived or deleted session end silently; its own cards end too."""
-    Question.update(status="ended", answered_at=now).where(
-        (Question.session == session_id) & (Question.status == "pending")
+    Question.update(status=QuestionStatus.ENDED, answered_at=now).where(
+        (Question.session == session_id) & (Question.status == QuestionStatus.PENDING)
     ).execute()
 
 
@@ -190,7 +191,7 @@ def asks_of(asker_id: str, about: str | None, now: datetime) -> pw.ModelSelect[Q
     query = Question.select().where(
         (Question.kind == "ask")
         & (Question.asker_session_id == asker_id)
-        & ((Question.status == "pending") | (Question.answered_at >= now - LISTED_AFTER_ENDING))
+        & ((Question.status == QuestionStatus.PENDING) | (Question.answered_at >= now - LISTED_AFTER_ENDING))
     )
     if about:
         query = query.where(Question.session == about)

@@ -17,6 +17,7 @@ from oar.core import jobs, keys
 from oar.core.db import write_transaction
 from oar.core.models import Message, Task
 from oar.core.runtime import Runtime
+from oar.core.statuses import OPEN_TURN, TASK_ENDED, TaskStatus
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +33,12 @@ def reconcile(runtime: Runtime, now: datetime) -> dict[str, int]:
     stale_seconds = runtime.time("TASK_STALE_SECONDS")
     stale_before = now - timedelta(seconds=stale_seconds)
     for task in Task.select().where(
-        (Task.status == "running") & (Task.heartbeat_at < stale_before) & Task.command.is_null(False)
+        (Task.status == TaskStatus.RUNNING) & (Task.heartbeat_at < stale_before) & Task.command.is_null(False)
     ):
         with write_transaction():
             failed = (
-                Task.update(status="failed", error=ORPHANED_TEXT.format(seconds=int(stale_seconds)), ended_at=now)
-                .where((Task.id == task.id) & (Task.status == "running") & (Task.heartbeat_at < stale_before))
+                Task.update(status=TaskStatus.FAILED, error=ORPHANED_TEXT.format(seconds=int(stale_seconds)), ended_at=now)
+                .where((Task.id == task.id) & (Task.status == TaskStatus.RUNNING) & (Task.heartbeat_at < stale_before))
                 .execute()
             )
             if failed:
@@ -50,14 +51,14 @@ def reconcile(runtime: Runtime, now: datetime) -> dict[str, int]:
                 runtime.signal_turn(task.started_by_turn)
             log.warning("task %s of session %s failed: its worker stopped", task.id, task.session_id)
     grace_before = now - timedelta(seconds=runtime.time("RECONCILE_SECONDS"))
-    open_turns = Message.select(Message.id).where(Message.status.in_(("queued", "running", "waiting_for_answer")))
+    open_turns = Message.select(Message.id).where(Message.status.in_(OPEN_TURN))
     for task in Task.select(Task.id).where(
-        (Task.status == "running") & Task.command.is_null() & Task.started_by_turn.not_in(open_turns)
+        (Task.status == TaskStatus.RUNNING) & Task.command.is_null() & Task.started_by_turn.not_in(open_turns)
     ):
-        tasks.finish(runtime, task.id, "killed", None, tasks.AGENT_GONE_TEXT)
+        tasks.finish(runtime, task.id, TaskStatus.KILLED, None, tasks.AGENT_GONE_TEXT)
         outcome["failed"] += 1
     for task in Task.select(Task.id).where(
-        (Task.status == "running") & Task.heartbeat_at.is_null() & (Task.created_at < grace_before)
+        (Task.status == TaskStatus.RUNNING) & Task.heartbeat_at.is_null() & (Task.created_at < grace_before)
         & Task.command.is_null(False)
     ):
         if jobs.first_nudge_in_a_while(runtime, keys.task_nudge(runtime.config.namespace, task.id)):
@@ -65,7 +66,7 @@ def reconcile(runtime: Runtime, now: datetime) -> dict[str, int]:
             outcome["enqueued"] += 1
     keep_before = now - timedelta(seconds=runtime.time("TASK_OUTPUT_KEEP_SECONDS"))
     for task in Task.select(Task.id, Task.output_path, Task.command).where(
-        (Task.status.in_(tasks.ENDED)) & (Task.ended_at < keep_before) & Task.output_path.is_null(False)
+        (Task.status.in_(TASK_ENDED)) & (Task.ended_at < keep_before) & Task.output_path.is_null(False)
     ):
         if task.command is not None and task.output_path is not None:  # an agent's own output file is the agent's to delete
             with contextlib.suppress(OSError):

@@ -33,6 +33,7 @@ from oar.core.db import release_connection, write_transaction
 from oar.core.models import Task
 from oar.core.runtime import Runtime
 from oar.core.signals import publish
+from oar.core.statuses import TaskStatus
 from oar.core.timeutil import utcnow
 
 # Environment variables a task's subprocess does not inherit from the worker.
@@ -46,7 +47,7 @@ def claim(task_id: str) -> Task | None:
         claimed = (
             Task.update(heartbeat_at=utcnow(), host=socket.gethostname())
             .where(
-                (Task.id == task_id) & (Task.status == "running") & Task.heartbeat_at.is_null()
+                (Task.id == task_id) & (Task.status == TaskStatus.RUNNING) & Task.heartbeat_at.is_null()
                 & Task.command.is_null(False)  # an agent's own task is never run here
             )
             .execute()
@@ -80,15 +81,15 @@ def run(runtime: Runtime, task_id: str) -> str | None:
             )
         except OSError as error:
             output.write(f"{error}\n".encode())
-            return tasks.finish(runtime, task.id, "failed", None, f"The command could not be started: {error}.")
+            return tasks.finish(runtime, task.id, TaskStatus.FAILED, None, f"The command could not be started: {error}.")
     Task.update(pid=process.pid).where(Task.id == task.id).execute()
     release_connection()
     killed = _watch(runtime, task, process)
     code = process.returncode
     if killed:
-        status = "killed"
+        status = TaskStatus.KILLED
     else:
-        status = "completed" if code == 0 else "failed"
+        status = TaskStatus.COMPLETED if code == 0 else TaskStatus.FAILED
     return tasks.finish(runtime, task.id, status, code, None)
 
 
@@ -113,7 +114,7 @@ def _watch(runtime: Runtime, task: Task, process: subprocess.Popen[bytes]) -> bo
             if exited.is_set():
                 break
             row = Task.get_or_none(Task.id == task.id)
-            if row is None or row.stop_requested or row.status != "running":
+            if row is None or row.stop_requested or row.status != TaskStatus.RUNNING:
                 kill(process, runtime.time("TASK_KILL_GRACE_SECONDS"))
                 exited.wait(runtime.time("TASK_KILL_GRACE_SECONDS") + 5)
                 return True
@@ -148,7 +149,7 @@ def _beat(runtime: Runtime, task: Task) -> None:
                  "minutesSinceOutput": int(quiet_for.total_seconds() // 60)},
                 now,
             )
-        Task.update(**values).where((Task.id == task.id) & (Task.status == "running")).execute()
+        Task.update(**values).where((Task.id == task.id) & (Task.status == TaskStatus.RUNNING)).execute()
 
 
 def _subscribe(runtime: Runtime, channel: str) -> Any:

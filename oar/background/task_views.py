@@ -12,12 +12,13 @@ from typing import Any
 from oar.background import task_output
 from oar.core.models import Task
 from oar.core.runtime import Runtime
+from oar.core.statuses import TaskStatus
 from oar.core.timeutil import iso
 
 
 def readable_until(task: Task, runtime: Runtime) -> datetime | None:
     """When the output stops being readable (None while the task runs)."""
-    if task.status == "running" or task.ended_at is None:
+    if task.status == TaskStatus.RUNNING or task.ended_at is None:
         return None
     return task.ended_at + timedelta(seconds=runtime.time("TASK_OUTPUT_KEEP_SECONDS"))
 
@@ -36,7 +37,7 @@ def shown_for(runtime: Runtime, session_ids: Iterable[str], now: datetime) -> di
     keep_since = now - timedelta(seconds=runtime.time("TASK_OUTPUT_KEEP_SECONDS"))
     rows = (
         Task.select()
-        .where(Task.session.in_(session_ids) & ((Task.status == "running") | (Task.ended_at >= keep_since)))
+        .where(Task.session.in_(session_ids) & ((Task.status == TaskStatus.RUNNING) | (Task.ended_at >= keep_since)))
         .order_by(Task.started_at.desc())
     )
     quiet_after = None
@@ -60,7 +61,7 @@ def entry(task: Task, now: datetime, quiet_after_minutes: int) -> dict[str, Any]
     }
     if task.ended_at:
         item["endedAt"] = iso(task.ended_at)
-    if task.status == "running" and task.output_path:
+    if task.status == TaskStatus.RUNNING and task.output_path:
         last_output = last_output_time(task)
         item["health"] = task_output.stall(last_output, now, quiet_after_minutes)
         with contextlib.suppress(OSError):

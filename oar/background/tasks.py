@@ -29,13 +29,13 @@ from oar.core.errors import ActionError, invalid, not_found
 from oar.core.models import Message, Session, Task
 from oar.core.runtime import Runtime
 from oar.core.signals import publish
+from oar.core.statuses import OPEN_TURN, TaskStatus
 from oar.core.timeutil import utcnow
 
 log = logging.getLogger(__name__)
 
 
 TYPES = ("local_bash", "monitor", "subagent")
-ENDED = ("completed", "failed", "killed")
 MAX_COMMAND_CHARS = 10_000
 # Task ids look like the SPEC's `b7k2m9q4`: 8 characters without look-alikes (40 bits).
 _ID_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"
@@ -51,7 +51,12 @@ AGENT_GONE_TEXT = (
 )
 AGENT_STOP_TEXT = "Stopped on the relay; the relay does not run the agent's own tasks, so only its record ended."
 # What an agent may report about its task's end, in the relay's statuses.
-REPORTED_STATUSES = {"completed": "completed", "failed": "failed", "killed": "killed", "stopped": "killed"}
+REPORTED_STATUSES = {
+    "completed": TaskStatus.COMPLETED,
+    "failed": TaskStatus.FAILED,
+    "killed": TaskStatus.KILLED,
+    "stopped": TaskStatus.KILLED,
+}
 
 
 def new_id() -> str:
@@ -104,7 +109,7 @@ def start(
             command=command,
             shell=use_shell,
             cwd=cwd,
-            status="running",
+            status=TaskStatus.RUNNING,
             output_path=str((output_dir(runtime) / f"{task_id}.log").resolve()),
             started_by_turn=turn_id,
             created_at=now,
@@ -133,7 +138,7 @@ def record_reported(
         task = Task.create(
             id=new_id(), session=session.id, description=(description.strip() or "background task")[:500],
             type=type if type in TYPES else "local_bash", command=None, shell=False, cwd=session.cwd,
-            status="running", output_path=readable_output_file(output_file, session.cwd), started_by_turn=turn_id,
+            status=TaskStatus.RUNNING, output_path=readable_output_file(output_file, session.cwd), started_by_turn=turn_id,
             created_at=now, started_at=now, last_output_at=now, host=socket.gethostname(),
         )
         Session.update(last_activity_at=now).where(Session.id == session.id).execute()
@@ -155,7 +160,7 @@ def readable_output_file(path: str | None, cwd: str | None) -> str | None:
 
 def end_reported(runtime: Runtime, task_id: str, status: str, note: str | None = None) -> str:
     """The agent reported its task's end (`completed`, `failed`, `stopped`/`killed`)."""
-    return finish(runtime, task_id, REPORTED_STATUSES.get(status, "completed"), None, (note or "")[:2000] or None)
+    return finish(runtime, task_id, REPORTED_STATUSES.get(status, TaskStatus.COMPLETED), None, (note or "")[:2000] or None)
 
 
 def enqueue(runtime: Runtime, task_id: str) -> None:
@@ -170,8 +175,8 @@ def request_stop(runtime: Runtime, task: Task) -> bool:
     """Ask a running task to end; False when it had already ended."""
     if Task.select().where((Task.id == task.id) & Task.command.is_null()).exists():
         # An agent's own task: nothing of the relay's runs it, so its record ends here.
-        return finish(runtime, task.id, "killed", None, AGENT_STOP_TEXT) == "killed"
-    changed = Task.update(stop_requested=True).where((Task.id == task.id) & (Task.status == "running")).execute()
+        return finish(runtime, task.id, TaskStatus.KILLED, None, AGENT_STOP_TEXT) == TaskStatus.KILLED
+    changed = Task.update(stop_requested=True).where((Task.id == task.id) & (Task.status == TaskStatus.RUNNING)).execute()
     if changed:
         publish(runtime.redis, keys.task_stop_channel(runtime.config.namespace, task.id))
     return bool(changed)
@@ -179,7 +184,7 @@ def request_stop(runtime: Runtime, task: Task) -> bool:
 
 def stop_all(runtime: Runtime, session_id: str) -> list[str]:
     """Stop every running task of a session (archive, delete); returns their ids."""
-    running = [row.id for row in Task.select(Task.id).where((Task.session == session_id) & (Task.status == "running"))]
+    running = [row.id for row in Task.select(Task.id).where((Task.session == session_id) & (Task.status == TaskStatus.RUNNING))]
     for task_id in running:
         request_stop(runtime, Task(id=task_id))
     return running
@@ -192,13 +197,13 @@ def find(session: Session, task_id: str, relay_name: str, nothing: str = "") -> 
     return task
 
 
-def finish(runtime: Runtime, task_id: str, status: str, exit_code: int | None, error: str | None) -> str:
+def finish(runtime: Runtime, task_id: str, status: TaskStatus, exit_code: int | None, error: str | None) -> str:
     """Record a task's end and its events; wakes waiters on the turn that started it."""
     now = utcnow()
     with write_transaction():
         ended = (
             Task.update(status=status, exit_code=exit_code, error=error, ended_at=now)
-            .where((Task.id == task_id) & (Task.status == "running"))
+            .where((Task.id == task_id) & (Task.status == TaskStatus.RUNNING))
             .execute()
         )
         task = Task.get_by_id(task_id)
@@ -213,12 +218,12 @@ def finish(runtime: Runtime, task_id: str, status: str, exit_code: int | None, e
 def record_end_events(task: Task, now: datetime) -> None:
     """`task_finished`, `task_failed` when it failed, `session_idle` when nothing runs any more."""
     events.record(task.session_id, "task_finished", payload(task), now)
-    if task.status == "failed" or (task.exit_code not in (None, 0)):
+    if task.status == TaskStatus.FAILED or (task.exit_code not in (None, 0)):
         events.record(task.session_id, "task_failed", payload(task), now)
-    still_running = Task.select().where((Task.session == task.session_id) & (Task.status == "running")).exists()
+    still_running = Task.select().where((Task.session == task.session_id) & (Task.status == TaskStatus.RUNNING)).exists()
     turn_open = (
         Message.select()
-        .where((Message.session == task.session_id) & Message.status.in_(("queued", "running", "waiting_for_answer")))
+        .where((Message.session == task.session_id) & Message.status.in_(OPEN_TURN))
         .exists()
     )
     if not still_running and not turn_open:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 import peewee as pw
 
 from oar.core.db import database
+from oar.core.statuses import CardStatus, QuestionStatus, TaskStatus
 from oar.core.timeutil import utcnow
 
 if TYPE_CHECKING:
@@ -141,7 +142,7 @@ class Message(BaseModel):
     hops = pw.IntegerField(default=0)
     acts_for_user = pw.BooleanField(default=False)
     # The turn this prompt starts (null for messages that start none, e.g. replies).
-    status = pw.CharField(null=True, max_length=20)
+    status = pw.CharField(null=True, max_length=20)  # a TurnStatus
     mode = pw.CharField(null=True, max_length=8)
     model = pw.CharField(null=True, max_length=200)
     effort = pw.CharField(null=True, max_length=32)
@@ -182,7 +183,7 @@ class Question(BaseModel):
     recommendation = pw.TextField(null=True)
     detail = pw.TextField(null=True)
     hops = pw.IntegerField(default=0)
-    status = pw.CharField(default="pending", max_length=12)  # pending | answered | dismissed | withdrawn | ended
+    status = pw.CharField(default=QuestionStatus.PENDING, max_length=12)  # a QuestionStatus
     answer = pw.TextField(null=True)
     choices = JSONField(null=True)
     via = pw.CharField(null=True, max_length=200)
@@ -209,7 +210,7 @@ class Task(BaseModel):
     # True: run as `/bin/sh -c <command>` (owner setting shell_tasks_via_shell); else shlex.split.
     shell = pw.BooleanField(default=False)
     cwd = pw.TextField(null=True)
-    status = pw.CharField(default="running", max_length=12)  # running | completed | failed | killed
+    status = pw.CharField(default=TaskStatus.RUNNING, max_length=12)  # a TaskStatus
     exit_code = pw.IntegerField(null=True)
     error = pw.TextField(null=True)
     output_path = pw.TextField(null=True)
@@ -289,7 +290,7 @@ class Schedule(BaseModel):
     acts_for_user = pw.BooleanField(default=False)
     created_at = pw.DateTimeField(default=utcnow)
     ended_at = pw.DateTimeField(null=True)
-    end_reason = pw.CharField(null=True, max_length=16)  # unscheduled | fired | archived | deleted
+    end_reason = pw.CharField(null=True, max_length=16)  # a ScheduleEndReason
 
     class Meta:
         indexes = ((("target", "ended_at"), False), (("set_by", "ended_at"), False))
@@ -320,7 +321,7 @@ class Subscription(BaseModel):
     # all_idle fires once per transition to idle: true while the watched sessions are idle.
     idle = pw.BooleanField(default=True)
     ended_at = pw.DateTimeField(null=True)
-    end_reason = pw.CharField(null=True, max_length=16)  # unsubscribed | archived | fired | unpaired | transferred
+    end_reason = pw.CharField(null=True, max_length=16)  # a SubscriptionEndReason
 
     class Meta:
         indexes = ((("watcher", "ended_at"), False),)
@@ -425,7 +426,7 @@ class Card(BaseModel):
     reasons = JSONField(default=list)  # mode | create_sessions | watch_sessions | change_other_sessions | transfer | loop
     text = pw.TextField()
     details = JSONField(default=dict)  # lines, excerpt, target title
-    status = pw.CharField(default="pending", max_length=12)  # pending | allowed | denied | expired | withdrawn
+    status = pw.CharField(default=CardStatus.PENDING, max_length=12)  # a CardStatus
     created_at = pw.DateTimeField(default=utcnow)
     expires_at = pw.DateTimeField()
     decided_at = pw.DateTimeField(null=True)

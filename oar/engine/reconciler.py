@@ -21,12 +21,10 @@ from oar.core import jobs, keys
 from oar.core.db import lock_rows, write_transaction
 from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
+from oar.core.statuses import LIVE_TURN, TurnStatus
 from oar.turns.turns import start_turns
 
 log = logging.getLogger(__name__)
-
-# Turns a worker is running (a turn waiting for an answer keeps its worker and heartbeat).
-LIVE = ("running", "waiting_for_answer")
 
 ORPHANED_TEXT = (
     "The worker running this turn stopped before the turn finished (no heartbeat for {seconds} s). "
@@ -49,16 +47,16 @@ def reconcile(runtime: Runtime, now: datetime) -> Reconciled:
     stale_seconds = runtime.time("TURN_STALE_SECONDS")
     stale_before = now - timedelta(seconds=stale_seconds)
     stale = list(
-        Message.select().where(Message.status.in_(LIVE) & (Message.heartbeat_at < stale_before))
+        Message.select().where(Message.status.in_(LIVE_TURN) & (Message.heartbeat_at < stale_before))
     )
     for turn in stale:
         with write_transaction():
             lock_rows(Session.select(Session.id).where(Session.id == turn.session_id))
             failed = (
                 Message.update(
-                    status="failed", error=ORPHANED_TEXT.format(seconds=int(stale_seconds)), completed_at=now
+                    status=TurnStatus.FAILED, error=ORPHANED_TEXT.format(seconds=int(stale_seconds)), completed_at=now
                 )
-                .where((Message.id == turn.id) & Message.status.in_(LIVE) & (Message.heartbeat_at < stale_before))
+                .where((Message.id == turn.id) & Message.status.in_(LIVE_TURN) & (Message.heartbeat_at < stale_before))
                 .execute()
             )
             Session.update(active_turn=None).where(
@@ -73,7 +71,7 @@ def reconcile(runtime: Runtime, now: datetime) -> Reconciled:
     dangling = (
         Session.select(Session.id, Session.active_turn)
         .join(Message, on=(Message.id == Session.active_turn))
-        .where(Message.status.not_in(("running", "waiting_for_answer")))
+        .where(Message.status.not_in(LIVE_TURN))
     )
     for session in dangling:
         with write_transaction():
@@ -88,7 +86,7 @@ def reconcile(runtime: Runtime, now: datetime) -> Reconciled:
         Session.select(Session.id)
         .join(Message, on=(Message.session == Session.id))
         .where(
-            (Message.status == "queued")
+            (Message.status == TurnStatus.QUEUED)
             & (Message.created_at < grace_before)
             & Session.active_turn.is_null()
             & (Session.archived == False)  # noqa: E712

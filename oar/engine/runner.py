@@ -29,6 +29,7 @@ from oar.core.db import database, lock_rows, release_connection, write_transacti
 from oar.core.models import Message, Question, Session
 from oar.core.runtime import Runtime
 from oar.core.signals import publish
+from oar.core.statuses import LIVE_TURN, QuestionStatus, TaskStatus, TurnStatus
 from oar.core.timeutil import utcnow
 from oar.core.waiting import Look, not_yet, settled, wait_on_signals
 from oar.providers import usage
@@ -66,7 +67,7 @@ def claim_next_turn(session_id: str) -> Message | None:
             return None
         turn = (
             Message.select()
-            .where((Message.session == session_id) & (Message.status == "queued"))
+            .where((Message.session == session_id) & (Message.status == TurnStatus.QUEUED))
             .order_by(Message.seq)
             .first()
         )
@@ -80,8 +81,8 @@ def claim_next_turn(session_id: str) -> Message | None:
         if not claimed:
             return None
         now = utcnow()
-        Message.update(status="running", started_at=now, heartbeat_at=now, partial_text="").where(
-            (Message.id == turn.id) & (Message.status == "queued")
+        Message.update(status=TurnStatus.RUNNING, started_at=now, heartbeat_at=now, partial_text="").where(
+            (Message.id == turn.id) & (Message.status == TurnStatus.QUEUED)
         ).execute()
     return Message.get(Message.id == turn.id)
 
@@ -111,7 +112,7 @@ class TurnWatcher(threading.Thread):
                 if self.finished.is_set():
                     return
                 row = Message.get_or_none(Message.id == self.turn_id)
-                if row is None or row.stop_requested or row.status not in ("running", "waiting_for_answer"):
+                if row is None or row.stop_requested or row.status not in LIVE_TURN:
                     self.stopped = True
                     self.control.cancelled.set()
                     return
@@ -174,11 +175,11 @@ def execute(runtime: Runtime, turn: Message) -> None:
     session = Session.get_by_id(turn.session_id)
     provider = providers.get(session.provider)
     if provider is None:
-        finish(runtime, turn, "failed", "", f'Provider "{session.provider}" is not configured on this relay.')
+        finish(runtime, turn, TurnStatus.FAILED, "", f'Provider "{session.provider}" is not configured on this relay.')
         return
     if usage.token_cap(provider) is not None and usage.meter(provider, utcnow()).capped:
         cap = usage.token_cap(provider)
-        finish(runtime, turn, "failed", "", f"{provider.name} is over its monthly token cap of {cap:,}; the turn did not run.")
+        finish(runtime, turn, TurnStatus.FAILED, "", f"{provider.name} is over its monthly token cap of {cap:,}; the turn did not run.")
         return
     if provider.kind == "external":  # the attached process long-polls for this turn
         external.announce(runtime, session.id)
@@ -252,13 +253,13 @@ def execute(runtime: Runtime, turn: Message) -> None:
     text = stream.text
     if watcher.timed_out:
         limit = runtime.settings()["max_turn_seconds"]
-        finish(runtime, turn, "failed", text, f"The turn ran longer than the relay's limit of {limit} s and was ended.")
+        finish(runtime, turn, TurnStatus.FAILED, text, f"The turn ran longer than the relay's limit of {limit} s and was ended.")
     elif watcher.stopped:
-        finish(runtime, turn, "stopped", text, None)
+        finish(runtime, turn, TurnStatus.STOPPED, text, None)
     elif failure is not None:
-        finish(runtime, turn, "failed", text, failure)
+        finish(runtime, turn, TurnStatus.FAILED, text, failure)
     else:
-        finish(runtime, turn, "done", text, None)
+        finish(runtime, turn, TurnStatus.DONE, text, None)
 
 
 class PartialWriter:
@@ -293,10 +294,10 @@ class PartialWriter:
             self.last_write = now
 
 
-def finish(runtime: Runtime, turn: Message, status: str, text: str, error: str | None) -> bool:
+def finish(runtime: Runtime, turn: Message, status: TurnStatus, text: str, error: str | None) -> bool:
     """Record a turn's outcome; False when the turn had already been settled elsewhere."""
     now = utcnow()
-    keep_reply = status == "done" or (status == "stopped" and text)
+    keep_reply = status == TurnStatus.DONE or (status == TurnStatus.STOPPED and text)
     reply_id = ids.message_id() if keep_reply else None
     with write_transaction():
         lock_rows(Session.select(Session.id).where(Session.id == turn.session_id))
@@ -304,7 +305,7 @@ def finish(runtime: Runtime, turn: Message, status: str, text: str, error: str |
             Message.update(
                 status=status, error=error, partial_text=text, reply_id=reply_id, completed_at=now
             )
-            .where((Message.id == turn.id) & Message.status.in_(("running", "waiting_for_answer")))
+            .where((Message.id == turn.id) & Message.status.in_(LIVE_TURN))
             .execute()
         )
         if settled and reply_id:
@@ -325,15 +326,15 @@ def finish(runtime: Runtime, turn: Message, status: str, text: str, error: str |
     return bool(settled)
 
 
-def record_turn_events(turn: Message, status: str, text: str, error: str | None, now: Any) -> None:
+def record_turn_events(turn: Message, status: TurnStatus, text: str, error: str | None, now: Any) -> None:
     """`turn_end` with the status and the start of the reply; `error` for a failed turn (SPEC §8.2)."""
     events.record(
         turn.session_id, "turn_end",
-        {"turnId": turn.id, "status": status, "excerpt": ((error or "") if status == "failed" else text or "")[:200],
+        {"turnId": turn.id, "status": status, "excerpt": ((error or "") if status == TurnStatus.FAILED else text or "")[:200],
          "fromSession": turn.from_session if turn.from_kind == "agent" else None},
         now,
     )
-    if status == "failed":
+    if status == TurnStatus.FAILED:
         events.record(turn.session_id, "error", {"turnId": turn.id, "error": (error or "")[:500]}, now)
 
 
@@ -348,8 +349,8 @@ def ask_user(
     """
     with write_transaction():
         card = questions.create_ask_user(turn.id, turn.session_id, question, options, turn.hops, allow_freeform)
-        Message.update(status="waiting_for_answer").where(
-            (Message.id == turn.id) & (Message.status == "running")
+        Message.update(status=TurnStatus.WAITING_FOR_ANSWER).where(
+            (Message.id == turn.id) & (Message.status == TurnStatus.RUNNING)
         ).execute()
         events.record(turn.session_id, "question_asked", {"questionId": card.id, "question": question}, utcnow())
     runtime.signal_turn(turn.id)  # waiting callers return with pendingQuestions
@@ -362,12 +363,12 @@ def ask_user(
     finally:
         watcher.resume()
         if answer is None:
-            Question.update(status="ended", answered_at=utcnow()).where(
-                (Question.id == card.id) & (Question.status == "pending")
+            Question.update(status=QuestionStatus.ENDED, answered_at=utcnow()).where(
+                (Question.id == card.id) & (Question.status == QuestionStatus.PENDING)
             ).execute()
     with write_transaction():
-        Message.update(status="running").where(
-            (Message.id == turn.id) & (Message.status == "waiting_for_answer")
+        Message.update(status=TurnStatus.RUNNING).where(
+            (Message.id == turn.id) & (Message.status == TurnStatus.WAITING_FOR_ANSWER)
         ).execute()
     release_connection()
     return answer
@@ -381,11 +382,11 @@ def _wait_for_answer(runtime: Runtime, question_id: str, control: TurnControl) -
             return settled(None)
         card = Question.get_by_id(question_id)
         release_connection()
-        if card.status == "answered":
+        if card.status == QuestionStatus.ANSWERED:
             return settled(card.answer)
-        if card.status == "dismissed":
+        if card.status == QuestionStatus.DISMISSED:
             return settled("(dismissed)")
-        if card.status != "pending":
+        if card.status != QuestionStatus.PENDING:
             return settled(None)
         return not_yet(None)
 
@@ -427,7 +428,7 @@ def end_leftover_tasks(runtime: Runtime, task_ids: list[str]) -> None:
     can follow an agent's own task only through that turn (ended ones stay as they are)."""
     try:
         for task_id in task_ids:
-            tasks.finish(runtime, task_id, "killed", None, tasks.AGENT_GONE_TEXT)
+            tasks.finish(runtime, task_id, TaskStatus.KILLED, None, tasks.AGENT_GONE_TEXT)
     finally:
         release_connection()
 

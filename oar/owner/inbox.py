@@ -10,6 +10,7 @@ from oar.core.errors import invalid
 from oar.core.fields import Param, check_fields
 from oar.core.models import Question, Session
 from oar.core.runtime import Runtime
+from oar.core.statuses import CardStatus, QuestionStatus
 from oar.core.timeutil import iso, utcnow
 from oar.schedules import schedules
 from oar.turns import automated
@@ -25,7 +26,7 @@ def pending_questions() -> list[dict[str, Any]]:
     pending = (
         Question.select(Question, Session.id, Session.title)
         .join(Session)
-        .where((Question.status == "pending") & (Session.deleted == False))  # noqa: E712
+        .where((Question.status == QuestionStatus.PENDING) & (Session.deleted == False))  # noqa: E712
         .order_by(Question.created_at)
     )
     listed = []
@@ -43,7 +44,7 @@ def pending_count() -> int:
     """How many cards and questions wait for the owner (the page's Inbox badge)."""
     waiting = (
         Question.select().join(Session)
-        .where((Question.status == "pending") & (Session.deleted == False))  # noqa: E712
+        .where((Question.status == QuestionStatus.PENDING) & (Session.deleted == False))  # noqa: E712
         .count()
     )
     return waiting + cards.pending_count()
@@ -65,7 +66,7 @@ def decide(runtime: Runtime, card_id: str, decision: str) -> dict[str, Any]:
     card starts the count over, so the schedule firings held by loop protection go out now
     (SPEC §9)."""
     card = cards.decide(runtime, card_id, decision)
-    if card["status"] == "allowed" and "loop" in card["reasons"]:
+    if card["status"] == CardStatus.ALLOWED and "loop" in card["reasons"]:
         schedules.release_held(runtime, card["session"]["id"], utcnow())
     return card
 
@@ -76,11 +77,11 @@ def answer_question(runtime: Runtime, question_id: str, payload: dict[str, Any])
     args, _ = check_fields("answer", ANSWER, payload, strict=True, nothing=nothing)
     question = questions.find(question_id, runtime.relay_name(), nothing)
     if args.get("dismiss"):
-        if question.status != "pending":
+        if question.status != QuestionStatus.PENDING:
             raise invalid(f"Question {question.id} is {question.status}, not pending. {nothing}")
-        status, answer, choices = "dismissed", None, None
+        status, answer, choices = QuestionStatus.DISMISSED, None, None
     else:
-        status = "answered"
+        status = QuestionStatus.ANSWERED
         answer, choices = questions.checked_answer(question, args.get("answer"), args.get("choices"), nothing)
     if not questions.settle(runtime, question, status=status, answer=answer, choices=choices, via=runtime.relay_name()):
         raise invalid(f"Question {question.id} was settled meanwhile. {nothing}")

@@ -8,6 +8,7 @@ from oar.core.db import write_transaction
 from oar.core.errors import not_found
 from oar.core.models import Session, Subscription
 from oar.core.runtime import Runtime
+from oar.core.statuses import SubscriptionEndReason
 from oar.core.timeutil import utcnow
 from oar.watching import lifetime, views
 
@@ -40,5 +41,5 @@ def end_subscription(runtime: Runtime, subscription_id: str) -> tuple[bool, Subs
             f'Relay "{runtime.relay_name()}" has no subscription "{subscription_id[:64]}". Nothing was changed.'
         )
     with write_transaction():
-        ended = lifetime.end(row, "unsubscribed", utcnow())
+        ended = lifetime.end(row, SubscriptionEndReason.UNSUBSCRIBED, utcnow())
     return ended, Subscription.get_by_id(row.id)

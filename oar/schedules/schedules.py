@@ -26,10 +26,10 @@ from oar.core import defaults, ids, jobs, keys
 from oar.core.db import released_connection, write_transaction
 from oar.core.models import Message, Schedule, Session
 from oar.core.runtime import Runtime
+from oar.core.statuses import OPEN_TURN, SCHEDULE_ENDED_WITH_SESSION, ScheduleEndReason, TurnStatus
 from oar.core.timeutil import iso
 from oar.schedules.schedule_grid import Timing, next_due
 from oar.sessions import rules
-from oar.sessions.state import OPEN_TURN
 from oar.turns import automated, turns
 
 log = logging.getLogger(__name__)
@@ -37,8 +37,6 @@ log = logging.getLogger(__name__)
 # A job started at most this early waits for its due time in its thread; earlier, it
 # re-enqueues itself (RQ's scheduler keeps whole seconds and polls once a second).
 EARLY_WAIT_SECONDS = 2.0
-
-END_REASONS = ("unscheduled", "fired", "archived", "deleted")
 
 
 def timing_of(schedule: Schedule) -> Timing:
@@ -181,7 +179,7 @@ def _fire_claimed(schedule: Schedule, now: datetime, recheck_seconds: float) -> 
     setter = Session.get_by_id(schedule.set_by_id)
     for session in (target, setter):
         if session.archived or session.deleted:
-            _end(schedule.id, "deleted" if session.deleted else "archived", now)
+            _end(schedule.id, ScheduleEndReason.DELETED if session.deleted else ScheduleEndReason.ARCHIVED, now)
             return "ended", None
     into_other = target.id != setter.id
     if into_other and loop.used_up(setter):
@@ -200,7 +198,7 @@ def _fire_claimed(schedule: Schedule, now: datetime, recheck_seconds: float) -> 
         "held_since": None,
     }
     if following is None:
-        changes.update(ended_at=now, end_reason="fired")
+        changes.update(ended_at=now, end_reason=ScheduleEndReason.FIRED)
     skip = _skip_reason(schedule, target, setter)
     message = None
     if skip:
@@ -222,7 +220,7 @@ def _skip_reason(schedule: Schedule, target: Session, setter: Session) -> str | 
     """No pile-up, and at most 4 sessions at work per conversation (SPEC §4, §9)."""
     if schedule.last_message_id:
         previous = Message.get_or_none(Message.id == schedule.last_message_id)
-        if previous is not None and previous.status == "queued":
+        if previous is not None and previous.status == TurnStatus.QUEUED:
             return "the previous firing's message is still queued"
     if target.created_by_session == setter.id:
         busy = Message.select().where((Message.session == target.id) & Message.status.in_(OPEN_TURN)).exists()
@@ -250,8 +248,7 @@ def release_held(runtime: Runtime, setter_id: str, now: datetime) -> int:
 # Ending -------------------------------------------------------------------------------------
 
 
-def _end(schedule_id: str, reason: str, now: datetime) -> int:
-    assert reason in END_REASONS
+def _end(schedule_id: str, reason: ScheduleEndReason, now: datetime) -> int:
     return (
         Schedule.update(ended_at=now, end_reason=reason, due_at=None, next_fire_at=None, held_since=None)
         .where((Schedule.id == schedule_id) & Schedule.ended_at.is_null())
@@ -262,13 +259,14 @@ def _end(schedule_id: str, reason: str, now: datetime) -> int:
 def unschedule(schedule_id: str, now: datetime) -> bool:
     """End a schedule by hand (the action, or the page's ⏰ list Cancel); False if it had ended."""
     with write_transaction():
-        return _end(schedule_id, "unscheduled", now) == 1
+        return _end(schedule_id, ScheduleEndReason.UNSCHEDULED, now) == 1
 
 
-def end_for_session(session_id: str, reason: str, now: datetime) -> int:
+def end_for_session(session_id: str, reason: ScheduleEndReason, now: datetime) -> int:
     """The session was archived or deleted: end schedules set by it or into it (inside the
     caller's transaction)."""
-    assert reason in ("archived", "deleted")
+    if reason not in SCHEDULE_ENDED_WITH_SESSION:
+        raise ValueError(f"a session's end does not end schedules as {reason}")
     return (
         Schedule.update(ended_at=now, end_reason=reason, due_at=None, next_fire_at=None, held_since=None)
         .where(((Schedule.target == session_id) | (Schedule.set_by == session_id)) & Schedule.ended_at.is_null())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from oar.core import defaults
 from oar.core.errors import ActionError
 from oar.core.models import Message, Session
-from oar.sessions.state import OPEN_TURN
+from oar.core.statuses import OPEN_TURN
 
 
 def check_may_create(caller: Session, nothing: str) -> None:

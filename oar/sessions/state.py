@@ -5,9 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from oar.core.models import Message, Session, Task
-
-# A prompt whose turn is one of these keeps its session busy.
-OPEN_TURN = ("queued", "running", "waiting_for_answer")
+from oar.core.statuses import OPEN_TURN, SessionState, TaskStatus
 
 
 def busy_session_ids(session_ids: Iterable[str]) -> set[str]:
@@ -32,14 +30,15 @@ def background_session_ids(session_ids: Iterable[str]) -> set[str]:
     session_ids = list(session_ids)
     if not session_ids:
         return set()
-    query = Task.select(Task.session).where(Task.session.in_(session_ids) & (Task.status == "running")).distinct()
+    running = Task.session.in_(session_ids) & (Task.status == TaskStatus.RUNNING)
+    query = Task.select(Task.session).where(running).distinct()
     return set(query.scalars())
 
 
-def state_of(session: Session, busy: bool, background: bool | None = None) -> str:
+def state_of(session: Session, busy: bool, background: bool | None = None) -> SessionState:
     """`running_turn`, `background_only` (no turn, a task running) or `idle` (SPEC §2)."""
     if busy:
-        return "running_turn"
+        return SessionState.RUNNING_TURN
     if background is None:
         background = bool(background_session_ids([session.id]))
-    return "background_only" if background else "idle"
+    return SessionState.BACKGROUND_ONLY if background else SessionState.IDLE

@@ -19,18 +19,18 @@ from oar.core.db import release_connection
 from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
 from oar.core.signals import publish
+from oar.core.statuses import LIVE_TURN
 from oar.core.waiting import Look, wait_on_signals
 
 # How long a turn's undelivered posts are kept in Redis.
 EVENTS_KEEP_SECONDS = 3600
-OPEN = ("running", "waiting_for_answer")
 
 
 def running_turn(session: Session) -> Message | None:
     """The session's turn the attached process should work on, if one is running."""
     if not session.active_turn:
         return None
-    turn = Message.get_or_none((Message.id == session.active_turn) & Message.status.in_(OPEN))
+    turn = Message.get_or_none((Message.id == session.active_turn) & Message.status.in_(LIVE_TURN))
     release_connection()
     return turn
 

@@ -13,6 +13,7 @@ from typing import Any
 from oar.core import keys
 from oar.core.models import Message, Task
 from oar.core.runtime import Runtime
+from oar.core.statuses import TaskStatus, TurnStatus
 from oar.core.timeutil import utcnow
 from oar.core.waiting import Look, not_yet, settled, wait_on_signals
 
@@ -40,7 +41,7 @@ def still_working(runtime: Runtime, turn: Message, seconds: float) -> list[Task]
     quiet_seconds = runtime.time("BACKGROUND_QUIET_SECONDS")
 
     def look() -> Look[list[Task]]:
-        running = list(Task.select().where((Task.session == turn.session_id) & (Task.status == "running")))
+        running = list(Task.select().where((Task.session == turn.session_id) & (Task.status == TaskStatus.RUNNING)))
         if not running:
             return settled([])
         done_at = quiet_at(answered_at, [t.last_output_at or t.started_at for t in running], quiet_seconds)
@@ -59,7 +60,7 @@ def report(entry: dict[str, Any], running: list[Task], quiet_seconds: float) -> 
     """A `done` result turned into `running` with the reply and what works in the background."""
     return {
         **entry,
-        "status": "running",
+        "status": TurnStatus.RUNNING,
         "firstReply": entry["reply"],
         "background": {
             "tasks": [{"taskId": t.id, "description": t.description, "status": t.status} for t in running],

@@ -16,14 +16,12 @@ from oar.core import defaults, ids, jobs, keys
 from oar.core.models import Message, Schedule, Session
 from oar.core.runtime import Runtime
 from oar.core.signals import publish
+from oar.core.statuses import IN_PROGRESS_TURN, LIVE_TURN, SETTLED_TURN, WAITING_BEHIND_TURN, TurnStatus
 from oar.core.timeutil import iso, utcnow
 from oar.core.waiting import Look, wait_on_signals
 
 log = logging.getLogger(__name__)
 
-# Statuses at which a waiting call returns.
-SETTLED = ("done", "failed", "stopped", "cancelled", "waiting_for_answer")
-FINISHED = ("done", "failed", "stopped", "cancelled")
 NOT_FINISHED_NOTE = "Not finished yet. Call wait with this message_id."
 
 # Where each field of a Provenance is kept: the prompt's Message columns, and the Schedule
@@ -91,7 +89,7 @@ def insert_prompt(
         text=text,
         created_at=now,
         **provenance.columns(),
-        status="queued",
+        status=TurnStatus.QUEUED,
         mode=mode or session.mode,
         model=model or session.model,
         effort=effort or session.effort,
@@ -152,20 +150,21 @@ def clip_reply(text: str, limit: int = defaults.MAX_REPLY_CHARS) -> tuple[str, b
 
 def progress(message: Message) -> dict[str, Any]:
     session = Session.get_by_id(message.session_id)
-    if message.status == "running":
-        status = "running"
+    status: str
+    if message.status == TurnStatus.RUNNING:
+        status = TurnStatus.RUNNING
     elif session.active_turn and session.active_turn != message.id:
-        status = "waiting_behind_turn"
+        status = WAITING_BEHIND_TURN
     else:
-        status = "queued"
+        status = TurnStatus.QUEUED
     entry: dict[str, Any] = {"status": status}
-    if status == "waiting_behind_turn":
+    if status == WAITING_BEHIND_TURN:
         entry["turnMessageId"] = session.active_turn
     else:
         entry["turnMessageId"] = message.id
     if message.started_at:
         entry["startedAt"] = iso(message.started_at)
-    if message.status == "running":
+    if message.status == TurnStatus.RUNNING:
         entry["text"] = (message.partial_text or "")[-defaults.PROGRESS_TEXT_CHARS :]
         entry["activities"] = (message.activities or [])[-defaults.PROGRESS_ACTIVITIES :]
     return entry
@@ -179,9 +178,9 @@ def result(runtime: Runtime, message: Message) -> dict[str, Any]:
         "message_id": message.id,
         "openUrl": runtime.open_url(message.session_id),
     }
-    if message.status in ("queued", "running"):
+    if message.status in IN_PROGRESS_TURN:
         entry["progress"] = progress(message)
-    elif message.status == "done":
+    elif message.status == TurnStatus.DONE:
         reply = Message.get_or_none(Message.id == message.reply_id) if message.reply_id else None
         text, truncated = clip_reply(reply.text if reply else "")
         entry["reply"] = {"text": text, "model": message.model, "messageId": message.reply_id}
@@ -189,26 +188,26 @@ def result(runtime: Runtime, message: Message) -> dict[str, Any]:
             entry["reply"]["truncated"] = True
         if message.output_truncated:  # cut at the output budget even after a continuation (SPEC §11)
             entry["reply"]["outputTruncated"] = True
-    elif message.status == "failed":
+    elif message.status == TurnStatus.FAILED:
         entry["error"] = message.error
-    elif message.status == "stopped":
+    elif message.status == TurnStatus.STOPPED:
         entry["note"] = "The turn was stopped before it finished."
         if message.partial_text:
             entry["partialText"] = clip_reply(message.partial_text)[0]
-    elif message.status == "cancelled":
+    elif message.status == TurnStatus.CANCELLED:
         entry["note"] = "This message will never be answered: " + (message.error or "it was cancelled.")
-    elif message.status == "waiting_for_answer":
+    elif message.status == TurnStatus.WAITING_FOR_ANSWER:
         entry["pendingQuestions"] = questions.pending_of_turn(message.id)
     return entry
 
 
 def summary_status(entry: dict[str, Any]) -> str:
     status = entry["status"]
-    if status == "done":
+    if status == TurnStatus.DONE:
         first_line = (entry["reply"]["text"] or "").splitlines()[0:1]
         excerpt = first_line[0][:60] if first_line else ""
         return f'done "{excerpt}"'
-    if status == "failed":
+    if status == TurnStatus.FAILED:
         return f"failed: {(entry.get('error') or '')[:80]}"
     return status
 
@@ -216,9 +215,9 @@ def summary_status(entry: dict[str, Any]) -> str:
 def is_settled(message: Message) -> bool:
     """Whether a waiting call returns now: the turn ended, or it waits on a question card
     (unless a stop is on its way, which ends it in a moment)."""
-    if message.status == "waiting_for_answer":
+    if message.status == TurnStatus.WAITING_FOR_ANSWER:
         return not message.stop_requested
-    return message.status in SETTLED
+    return message.status in SETTLED_TURN
 
 
 def wait_for(runtime: Runtime, message_id: str, seconds: float) -> Message:
@@ -245,7 +244,7 @@ def request_stop(session: Session) -> str:
         Message.update(stop_requested=True)
         .where(
             (Message.id == session.active_turn)
-            & (Message.status.in_(("running", "waiting_for_answer")))
+            & (Message.status.in_(LIVE_TURN))
             & (Message.stop_requested == False)  # noqa: E712
         )
         .execute()
@@ -253,7 +252,7 @@ def request_stop(session: Session) -> str:
     if changed:
         return "stop-queued"
     message = Message.get_or_none(Message.id == session.active_turn)
-    if message is not None and message.stop_requested and message.status in ("running", "waiting_for_answer"):
+    if message is not None and message.stop_requested and message.status in LIVE_TURN:
         return "already-requested"
     return "no-active-turn"
 
@@ -265,10 +264,11 @@ def signal_stop(runtime: Runtime, message_id: str) -> None:
 def cancel_queued(session: Session, reason: str) -> list[str]:
     """Mark every queued prompt of the session cancelled; returns their ids."""
     queued = [
-        row.id for row in Message.select(Message.id).where((Message.session == session) & (Message.status == "queued"))
+        row.id
+        for row in Message.select(Message.id).where((Message.session == session) & (Message.status == TurnStatus.QUEUED))
     ]
     if queued:
-        Message.update(status="cancelled", error=reason, completed_at=utcnow()).where(
-            Message.id.in_(queued) & (Message.status == "queued")
+        Message.update(status=TurnStatus.CANCELLED, error=reason, completed_at=utcnow()).where(
+            Message.id.in_(queued) & (Message.status == TurnStatus.QUEUED)
         ).execute()
     return queued

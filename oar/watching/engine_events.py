@@ -19,6 +19,7 @@ from oar.core.db import write_transaction
 from oar.core.events import record as record_event
 from oar.core.models import Message, Session, StallWatch, Subscription, Task
 from oar.core.runtime import Runtime
+from oar.core.statuses import SessionState, TaskStatus, TurnStatus
 from oar.core.timeutil import iso
 from oar.watching import delivery, due_jobs, event_lines, lifetime, subscription_rules
 from oar.watching.holding import Holding
@@ -39,9 +40,9 @@ def record_stalls(runtime: Runtime, now: datetime) -> int:
     size = fn.LENGTH(fn.COALESCE(Message.partial_text, "")) + fn.LENGTH(fn.COALESCE(Message.activities, ""))
     turns_running = list(
         Message.select(Message.id, Message.session, Message.text, Message.started_at, size.alias("size"))
-        .where(Message.status == "running")
+        .where(Message.status == TurnStatus.RUNNING)
     )
-    tasks_running = list(Task.select().where(Task.status == "running"))
+    tasks_running = list(Task.select().where(Task.status == TaskStatus.RUNNING))
     watched = {row.subject: row for row in StallWatch.select()}
     minute = subscription_rules.timing(runtime).minute_seconds
     recorded = 0
@@ -49,7 +50,7 @@ def record_stalls(runtime: Runtime, now: datetime) -> int:
     # the alias selected with the turns above.
     observed_now: list[tuple[str, str, int | None, dict[str, Any], datetime]] = [
         *((t.id, t.session_id, int(getattr(t, "size", 0) or 0),
-           {"turnId": t.id, "prompt": event_lines.excerpt(t.text), "status": "running"},
+           {"turnId": t.id, "prompt": event_lines.excerpt(t.text), "status": TurnStatus.RUNNING},
            t.started_at or now) for t in turns_running),
         *((t.id, t.session_id, None, {"taskId": t.id, "description": t.description, "type": t.type},
            t.started_at) for t in tasks_running),
@@ -146,9 +147,12 @@ def heartbeat_line(subscription: Subscription, holding: Holding) -> str:
     running; idle: "Review" (a12b…), "Docs" (77aa…) (subscription sub_…)`."""
     watched = holding.watched(subscription)
     turns_open, tasks = holding.turn_states(), holding.tasks_running()
-    states = {sid: turns_open.get(sid) or ("background_only" if sid in tasks else "idle") for sid in watched}
-    at_work = [sid for sid in watched if states[sid] != "idle"]
-    idle = [sid for sid in watched if states[sid] == "idle"]
+    states = {
+        sid: turns_open.get(sid) or (SessionState.BACKGROUND_ONLY if sid in tasks else SessionState.IDLE)
+        for sid in watched
+    }
+    at_work = [sid for sid in watched if states[sid] != SessionState.IDLE]
+    idle = [sid for sid in watched if states[sid] == SessionState.IDLE]
     named = at_work[:HEARTBEAT_NAMED] + (idle if len(idle) <= HEARTBEAT_NAMED else [])
     titles = {row.id: row.title for row in Session.select(Session.id, Session.title).where(Session.id.in_(named))} if named else {}
 

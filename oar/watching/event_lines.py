@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from oar.core.models import Event, Session
+from oar.core.statuses import TaskStatus
 
 EXCERPT_CHARS = 80
 
@@ -25,7 +26,7 @@ def event_line(event: Event, session: Session, kind: str | None = None) -> str:
         return f'{head} turn {payload.get("turnId", "")} "{excerpt(payload.get("prompt", ""))}" {quiet}'
     if kind == "subagent_finished":
         exit_code = payload.get("exitCode")
-        status = payload.get("status") or "completed"
+        status = payload.get("status") or TaskStatus.COMPLETED
         tail = f"{status}, exit {exit_code}" if exit_code not in (None, 0) else status
         return f'{head} {payload.get("taskId", "")} "{excerpt(payload.get("description", ""))}" ({tail})'
     if event.kind == "turn_end":

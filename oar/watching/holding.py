@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from oar.core.models import Event, Message, ReplyReceipt, Session, Subscription, Task
-from oar.sessions.state import OPEN_TURN
+from oar.core.statuses import OPEN_TURN, TaskStatus, TurnStatus
 from oar.watching import delivery, event_lines, held, lifetime, subscription_rules
 
 
@@ -88,7 +88,7 @@ class Holding:
         """Sessions with an open turn → `running`, `waiting_for_answer` or `queued`."""
         if self._turns is None:
             self._turns = {}
-            rank = {"queued": 0, "waiting_for_answer": 1, "running": 2}
+            rank: dict[str, int] = {TurnStatus.QUEUED: 0, TurnStatus.WAITING_FOR_ANSWER: 1, TurnStatus.RUNNING: 2}
             for turn in Message.select(Message.session, Message.status).where(Message.status.in_(OPEN_TURN)):
                 status = turn.status or ""  # never empty: only open turns are selected
                 if rank[status] > rank.get(self._turns.get(turn.session_id, ""), -1):
@@ -97,7 +97,8 @@ class Holding:
 
     def tasks_running(self) -> set[str]:
         if self._tasks is None:
-            self._tasks = {task.session_id for task in Task.select(Task.session).where(Task.status == "running").distinct()}
+            running = Task.select(Task.session).where(Task.status == TaskStatus.RUNNING).distinct()
+            self._tasks = {task.session_id for task in running}
         return self._tasks
 
     def busy(self, session_ids: list[str]) -> bool:

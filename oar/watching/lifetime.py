@@ -7,6 +7,7 @@ from datetime import datetime
 
 from oar.core import ids
 from oar.core.models import HeldEvent, Session, Subscription
+from oar.core.statuses import SubscriptionEndReason
 from oar.watching import subscription_rules
 
 
@@ -14,7 +15,7 @@ def new_id() -> str:
     return ids.prefixed_id("sub")
 
 
-def end(subscription: Subscription, reason: str, now: datetime) -> bool:
+def end(subscription: Subscription, reason: SubscriptionEndReason, now: datetime) -> bool:
     changed = (
         Subscription.update(ended_at=now, end_reason=reason)
         .where((Subscription.id == subscription.id) & Subscription.ended_at.is_null())
@@ -27,7 +28,7 @@ def end(subscription: Subscription, reason: str, now: datetime) -> bool:
 def fire_once(matched: list[Subscription], now: datetime) -> None:
     for subscription in matched:
         if subscription.once and subscription.ended_at is None:
-            end(subscription, "fired", now)
+            end(subscription, SubscriptionEndReason.FIRED, now)
 
 
 def transfer(subscription: Subscription, watcher: Session, now: datetime) -> Subscription | None:
@@ -35,7 +36,7 @@ def transfer(subscription: Subscription, watcher: Session, now: datetime) -> Sub
     `transferred` and delivers what it already holds; the copy watches from now on. A
     conversation never watches itself, so the new watcher leaves its own session out."""
     named = [s for s in subscription.sessions or [] if s != watcher.id]
-    end(subscription, "transferred", now)
+    end(subscription, SubscriptionEndReason.TRANSFERRED, now)
     if subscription.scope == "sessions" and not named:
         return None
     fields = {
@@ -52,10 +53,10 @@ def transfer(subscription: Subscription, watcher: Session, now: datetime) -> Sub
 def end_for_session(session_id: str, now: datetime) -> None:
     """Archiving a session ends its own subscriptions and those that name it in a list; an
     `["all"]` subscription just stops seeing it (inside the archiving transaction)."""
-    Subscription.update(ended_at=now, end_reason="archived").where(
+    Subscription.update(ended_at=now, end_reason=SubscriptionEndReason.ARCHIVED).where(
         (Subscription.watcher == session_id) & Subscription.ended_at.is_null()
     ).execute()
     for subscription in Subscription.select().where((Subscription.scope == "sessions") & Subscription.ended_at.is_null()):
         if session_id in (subscription.sessions or []):
-            end(subscription, "archived", now)
+            end(subscription, SubscriptionEndReason.ARCHIVED, now)
     HeldEvent.update(dropped=True).where((HeldEvent.watcher == session_id) & HeldEvent.delivered_at.is_null()).execute()

@@ -8,7 +8,7 @@ from datetime import datetime
 from oar.core.db import write_transaction
 from oar.core.models import HeldEvent, Message, ReplyReceipt
 from oar.core.runtime import Runtime
-from oar.turns import turns
+from oar.core.statuses import FINISHED_TURN
 from oar.watching import delivery, due_jobs, subscription_rules
 
 
@@ -27,7 +27,7 @@ def wait_ended(runtime: Runtime, turn: Message, waiter_id: str, now: datetime) -
     without it, a held `turn_end` is delivered as usual."""
     if turn.from_session != waiter_id or not ReplyReceipt.select().where(ReplyReceipt.turn_id == turn.id).exists():
         return
-    received = turn.status in turns.FINISHED
+    received = turn.status in FINISHED_TURN
     with write_transaction():
         ReplyReceipt.update(waiting_until=None, received_at=now if received else None).where(
             ReplyReceipt.turn_id == turn.id

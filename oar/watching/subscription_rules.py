@@ -9,7 +9,7 @@ import peewee as pw
 
 from oar.core.models import Event, Message, Session, Subscription, Task
 from oar.core.runtime import Runtime
-from oar.sessions.state import OPEN_TURN
+from oar.core.statuses import OPEN_TURN, TaskStatus
 from oar.watching import delivery
 from oar.watching.quiet_hours import QuietHours, parse
 
@@ -83,7 +83,7 @@ def busy(session_ids: list[str]) -> bool:
     if not session_ids:
         return False
     turn = Message.select().where(Message.session.in_(session_ids) & Message.status.in_(OPEN_TURN)).exists()
-    return turn or Task.select().where(Task.session.in_(session_ids) & (Task.status == "running")).exists()
+    return turn or Task.select().where(Task.session.in_(session_ids) & (Task.status == TaskStatus.RUNNING)).exists()
 
 
 def watched_ids(subscription: Subscription) -> list[str]:

@@ -15,6 +15,7 @@ from oar import providers
 from oar.core.errors import invalid, not_found
 from oar.core.fields import Param, check_fields
 from oar.core.models import Message, Session
+from oar.core.statuses import LIVE_TURN
 from oar.turns import external
 from oar.web import runtime
 from oar.web.auth import require_agent
@@ -66,7 +67,7 @@ def post_to_turn(turn_id: str) -> ResponseReturnValue:
     turn = Message.get_or_none((Message.id == turn_id) & (Message.session == session.id))
     if turn is None:
         raise not_found(f"Session {session.id[:8]} has no turn {turn_id[:64]}. Nothing was posted.")
-    if turn.status not in external.OPEN or turn.stop_requested:
+    if turn.status not in LIVE_TURN or turn.stop_requested:
         return jsonify({"ok": True, "stop": True, "status": turn.status})
     external.post(runtime(), turn.id, args)
     return jsonify({"ok": True, "stop": False, "status": turn.status})

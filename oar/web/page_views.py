@@ -14,6 +14,7 @@ from typing import Any
 from oar import providers
 from oar.approvals import cards
 from oar.core.models import Group, Message, Schedule, Session
+from oar.core.statuses import ERRED_TURN, LIVE_TURN, UNANSWERED_TURN, TurnStatus
 from oar.owner.inbox import pending_count, pending_questions
 from oar.owner.providers import provider_view
 from oar.owner.subscriptions import active_subscriptions
@@ -180,10 +181,10 @@ def conversation(rows: list[Message]) -> list[dict[str, Any]]:
             item["badge"] = (turns.badge(message) or {}).get("badge")
         else:
             item["kind"] = "user"
-        if message.status and message.status != "done" and message.role != "assistant":
+        if message.status and message.status != TurnStatus.DONE and message.role != "assistant":
             item["status"] = message.status
-            item["error"] = message.error if message.status in ("failed", "cancelled") else None
-            if message.status in ("failed", "stopped", "cancelled") and not message.reply_id:
+            item["error"] = message.error if message.status in ERRED_TURN else None
+            if message.status in UNANSWERED_TURN and not message.reply_id:
                 item["tools"] = tool_lines(message.activities)
         items.append(item)
     return items
@@ -194,7 +195,7 @@ def in_flight(session: Session) -> dict[str, Any] | None:
     if not session.active_turn:
         return None
     turn = Message.get_or_none(Message.id == session.active_turn)
-    if turn is None or turn.status not in ("running", "waiting_for_answer"):
+    if turn is None or turn.status not in LIVE_TURN:
         return None
     text, _ = turns.clip_reply(turn.partial_text or "")
     return {"messageId": turn.id, "status": turn.status, "text": text, "model": turn.model,
