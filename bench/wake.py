@@ -3,7 +3,7 @@
 The turn runner stamps the prompt's `completed_at` (naive UTC) just before it commits the
 reply and publishes the wake-up signal; the client notes `time.time()` when the response
 has arrived. Both clocks are this machine's, so the difference is the whole path the
-product promises to keep to milliseconds (SPEC §7): commit, Redis signal, the waiting
+product promises to keep to milliseconds (docs/waiting.md#how-waiting-wakes): commit, Redis signal, the waiting
 request thread waking, reading the reply and answering.
 """
 

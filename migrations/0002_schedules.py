@@ -1,4 +1,4 @@
-"""Schedules (SPEC §9): prompts the relay queues into a conversation later.
+"""Schedules (docs/schedules.md): prompts the relay queues into a conversation later.
 
 A frozen copy of the table as it was when this migration was written.
 """

@@ -1,4 +1,4 @@
-"""Background tasks and the event record the delivery engine will read (SPEC §2, §8.2).
+"""Background tasks and the event record the delivery engine will read (docs/concepts.md#background-tasks, docs/events.md#events).
 
 A frozen copy of the tables as they were when this migration was written.
 """

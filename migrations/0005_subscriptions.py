@@ -1,4 +1,4 @@
-"""Watching sessions (SPEC §8): subscriptions, events held for delivery, reply receipts.
+"""Watching sessions (docs/events.md): subscriptions, events held for delivery, reply receipts.
 
 A frozen copy of the tables as they were when this migration was written.
 """

@@ -1,4 +1,4 @@
-"""Watching sessions, finished (SPEC §8.2, §8.3): heartbeat due times, stall tracking and
+"""Watching sessions, finished (docs/events.md#events, docs/events.md#delivery): heartbeat due times, stall tracking and
 a record of wake-ups for the hourly cap.
 
 A frozen copy of the tables as they were when this migration was written.

@@ -1,4 +1,4 @@
-"""Archiving and deleting sessions (SPEC §5.11), shared by agents' actions and the owner API."""
+"""Archiving and deleting sessions (docs/sessions.md#answer_question-stop-and-archive), shared by agents' actions and the owner API."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def _end_work(runtime: Runtime, target: Session, reason: str, **flags: bool) -> 
         reason_ended = ScheduleEndReason.DELETED if flags.get("deleted") else ScheduleEndReason.ARCHIVED
         schedules.end_for_session(target.id, reason_ended, utcnow())
         lifetime.end_for_session(target.id, utcnow())
-    tasks.stop_all(runtime, target.id)  # background tasks end with the session (SPEC §5.11)
+    tasks.stop_all(runtime, target.id)  # background tasks end with the session (docs/sessions.md#answer_question-stop-and-archive)
     for message_id in cancelled:
         runtime.signal_turn(message_id)
     if stopping and target.active_turn:

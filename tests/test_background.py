@@ -1,5 +1,5 @@
 """A session that answered but keeps working in the background reports `done` only after
-its tasks have been quiet for a while (SPEC §7; 1 s in tests, 10 s by default)."""
+its tasks have been quiet for a while (docs/waiting.md; 1 s in tests, 10 s by default)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Bad input is refused in the SPEC shape and changes nothing (SPEC §3, §4, §5, §7, §14, §16).
+"""Bad input is refused in the documented shape and changes nothing (docs/calling.md, docs/rules.md, docs/calling.md#check-order, docs/waiting.md, docs/errors.md, docs/owner-api.md).
 
 Tables of cases over every registered action (tests/support/bad_input/), run against the real
 relay (HTTP server, RQ workers, Redis, database). Every refused case compares a snapshot of
@@ -96,7 +96,7 @@ def _list_sessions(limit: str) -> bytes:
 
 
 RAW_CASES = [
-    # Bodies that are not JSON, or not an object (SPEC §3).
+    # Bodies that are not JSON, or not an object (docs/calling.md).
     Raw("body-not-json", b"list_relays please", INVALID, says="must be a JSON object"),
     Raw("body-truncated-json", b'{"action": "list_relays", ', INVALID, says="must be a JSON object"),
     Raw("body-empty", b"", INVALID, says="must be a JSON object"),
@@ -126,7 +126,7 @@ RAW_CASES = [
     Raw("cwd-null-character-after-tilde",
         b'{"action": "create_session", "relay": "this", "text": "hi", "cwd": "~\\u0000", "wait_seconds": 0}',
         INVALID, says="Nothing was created."),
-    # The action itself (SPEC §5, §14).
+    # The action itself (docs/calling.md#check-order, docs/errors.md).
     Raw("action-missing", b'{"relay": "this"}', INVALID, says="Give action"),
     Raw("action-empty", b'{"action": ""}', INVALID, says="Give action"),
     Raw("action-blank", b'{"action": "   "}', INVALID, says="Give action"),
@@ -138,7 +138,7 @@ RAW_CASES = [
         says='There is no action "List_Relays".'),
     Raw("action-legacy-tool-name", b'{"action": "remote_relay"}', "REMOTE_RELAY_UNKNOWN_ACTION"),
     Raw("action-very-long", b'{"action": "' + b"x" * 10_000 + b'"}', "REMOTE_RELAY_UNKNOWN_ACTION"),
-    # No or invalid token (SPEC §3: 401 in the same shape), whatever the body.
+    # No or invalid token (docs/calling.md: 401 in the same shape), whatever the body.
     Raw("token-missing", b'{"action": "list_relays"}', "REMOTE_RELAY_UNAUTHORIZED", auth="none"),
     Raw("token-missing-and-body-not-json", b"nonsense", "REMOTE_RELAY_UNAUTHORIZED", auth="none"),
     Raw("token-empty", b'{"action": "list_relays"}', "REMOTE_RELAY_UNAUTHORIZED", auth="Bearer "),
@@ -174,7 +174,7 @@ def test_bodies_actions_and_tokens_that_are_wrong_are_refused(world: World, raw:
     assert snapshot(world.relay) == before
 
 
-# Agent sessions off (SPEC §4) -----------------------------------------------------------------
+# Agent sessions off (docs/rules.md#agent-sessions-on-or-off) -----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("action", [a for a in COVERED if a not in ("list_relays", "relay_info")])
@@ -197,7 +197,7 @@ def test_with_agent_sessions_off_list_relays_and_relay_info_still_work(world: Wo
 
 
 def test_with_agent_sessions_off_arguments_and_relay_are_checked_first(world: World) -> None:
-    """Check order (SPEC §5): validate arguments → resolve relay → LOCAL_DISABLED."""
+    """Check order (docs/calling.md#check-order): validate arguments → resolve relay → LOCAL_DISABLED."""
     world.relay.settings(agent_sessions_enabled=False)
     before = snapshot(world.relay)
     status, body = world.desk.call("send", relay="this", session=world.fill("<child>"), text="x", mode="fast")
@@ -209,7 +209,7 @@ def test_with_agent_sessions_off_arguments_and_relay_are_checked_first(world: Wo
     assert snapshot(world.relay) == before
 
 
-# Empty values count as absent (SPEC §3) --------------------------------------------------------
+# Empty values count as absent (docs/calling.md) --------------------------------------------------------
 
 EMPTY_EXTRAS = {"extra_null": None, "extra_empty": "", "extra_list": [], "extra_object": {}, "extra_false": False}
 NON_EMPTY_EXTRAS = {"colour": "blue", "count": 3, "deep": {"a": [1]}, "flag": True, "tags": ["x"]}
@@ -244,7 +244,7 @@ def test_empty_values_of_taken_arguments_mean_not_given(world: World) -> None:
 
 
 def test_false_is_a_real_value_for_boolean_arguments(world: World) -> None:
-    """thinking_enabled: false is a setting, so update_session has one (SPEC §3)."""
+    """thinking_enabled: false is a setting, so update_session has one (docs/calling.md)."""
     body = world.desk.ok("update_session", relay="this", session=world.fill("<child>"), thinking_enabled=False)
     assert body["settings"]["thinking_enabled"] is False
 
@@ -254,7 +254,7 @@ def test_read_session_may_read_the_callers_own_conversation(world: World) -> Non
     assert body["session"]["id"] == world.desk.session_id
 
 
-# Refusals while a turn runs (SPEC §7 if_busy, §5.9 folder) --------------------------------------
+# Refusals while a turn runs (docs/waiting.md if_busy, docs/sessions.md#folders folder) --------------------------------------
 
 
 def test_busy_refusals_queue_nothing_and_change_nothing(world: World) -> None:
@@ -281,7 +281,7 @@ def test_busy_refusals_queue_nothing_and_change_nothing(world: World) -> None:
     assert stopped["status"] == "stopped"
 
 
-# The owner API (SPEC §16) -----------------------------------------------------------------------
+# The owner API (docs/owner-api.md) -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

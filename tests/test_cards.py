@@ -1,4 +1,4 @@
-"""Approval cards (SPEC §6): the call waits on the owner's Allow or Deny, shown in a live turn."""
+"""Approval cards (docs/rules.md#where-a-card-waits): the call waits on the owner's Allow or Deny, shown in a live turn."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`cli` providers (SPEC §11): a command-line agent run per turn in the session's folder, its
+"""`cli` providers (docs/providers.md#cli): a command-line agent run per turn in the session's folder, its
 stream-json output parsed into text, tool activity and usage, resumed by its own session id;
 a new folder starts a new agent session (`relaunched`)."""
 
@@ -105,7 +105,7 @@ def test_a_cli_provider_needs_a_command(relay: Relay) -> None:
     assert status == 400 and "command is for cli providers only" in body["error"]
 
 
-# Background tasks the agent reports (SPEC §11: they become Tasks) ---------------------------------
+# Background tasks the agent reports (docs/providers.md: they become Tasks) ---------------------------------
 
 
 def test_the_parser_reports_background_tasks_and_their_end() -> None:

@@ -1,4 +1,4 @@
-"""The pure delivery decisions (SPEC §8.3): windows, urgency, the hourly cap, digests, quiet hours."""
+"""The pure delivery decisions (docs/events.md#quiet-hours): windows, urgency, the hourly cap, digests, quiet hours."""
 
 from __future__ import annotations
 
@@ -137,7 +137,7 @@ def test_heartbeats_follow_the_grid_from_the_subscription_and_skip_quiet_hours()
     assert delivery.heartbeat_after(T0, FIVE_MINUTES, T0 + timedelta(minutes=5), None) == T0 + timedelta(minutes=10)
     # A relay that was down for an hour: the next grid point after now, not one per missed time.
     assert delivery.heartbeat_after(T0, FIVE_MINUTES, T0 + timedelta(minutes=61), None) == T0 + timedelta(minutes=65)
-    # No heartbeats inside the window (SPEC §8.3): the first grid point at or after its end.
+    # No heartbeats inside the window (docs/events.md#delivery): the first grid point at or after its end.
     quiet = parse({"from": "12:20", "to": "13:02", "tz": "UTC"})
     assert delivery.heartbeat_after(T0, FIVE_MINUTES, T0 + timedelta(minutes=16), quiet) == datetime(2026, 6, 1, 13, 5)
     assert delivery.heartbeat_after(T0, FIVE_MINUTES, T0 + timedelta(minutes=16), None) == datetime(2026, 6, 1, 12, 20)
@@ -166,7 +166,7 @@ def test_heartbeat_times_are_on_the_grid_after_now_and_outside_quiet_hours(
     after_seconds: int, every: float, start_hour: int, hours: int, tz: str, anchor: datetime
 ) -> None:
     """Across daylight-saving nights in several zones: always later than `after`, on the
-    grid, and outside the quiet window (SPEC §8.3)."""
+    grid, and outside the quiet window (docs/events.md#delivery)."""
     from oar.watching.quiet_hours import window_around
 
     quiet = parse({"from": f"{start_hour:02d}:00", "to": f"{(start_hour + hours) % 24:02d}:30", "tz": tz})

@@ -1,4 +1,4 @@
-"""The delivery engine end to end (SPEC §8.2, §8.3): heartbeats, stalled turns and tasks,
+"""The delivery engine end to end (docs/events.md#events, docs/events.md#delivery): heartbeats, stalled turns and tasks,
 subagent_finished, and the hourly cap, over real HTTP with real workers and the clock.
 
 Each test runs a relay of its own (tests/support/relays.py `own_relay`: the Flask app over HTTP,
@@ -66,7 +66,7 @@ def test_heartbeats_come_every_heartbeat_minutes_with_the_state_of_the_watched_s
     review = desk.ok("create_session", relay="this", text="hello", title="Review", wait_seconds=30)["session"]
     watcher = relay.conversation("watcher")
     sub = watcher.ok("subscribe", sessions=[build, review], events=["turn_end"], heartbeat_minutes=5)["subscription"]
-    # Setting heartbeat_minutes turns heartbeats on (SPEC §8.1).
+    # Setting heartbeat_minutes turns heartbeats on (docs/events.md#subscriptions).
     assert sub["events"] == ["turn_end", "heartbeat"] and sub["heartbeatMinutes"] == 5
 
     messages = poll("two heartbeats", lambda: at_least(relay, watcher, 2), seconds=60)
@@ -205,7 +205,7 @@ def test_after_twenty_wakeups_an_hour_events_come_as_a_digest_and_errors_still_a
     # Past the cap, events wait for the digest…
     for step in (21, 22):
         desk.ok("send", relay="this", session=target, text=f"step {step}", wait_seconds=30)
-    # …while an error comes at once (SPEC §8.3), alone: the digest keeps the turn_end of that turn.
+    # …while an error comes at once (docs/events.md#digests), alone: the digest keeps the turn_end of that turn.
     desk.ok("send", relay="this", session=target, text="!fail boom", wait_seconds=30)
     error_message = poll("the error at once", lambda: delivered(21), seconds=30)[20]
     assert error_message.splitlines()[1:] == [f'[relay event] session "Build" {short(target)}: error "boom"']

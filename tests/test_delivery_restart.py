@@ -1,4 +1,4 @@
-"""Held events survive restarts (SPEC §8.3, §13): every relay process — web (gunicorn),
+"""Held events survive restarts (docs/events.md#delivery, docs/operations.md#durability-and-recovery): every relay process — web (gunicorn),
 workers and the clock — killed with SIGKILL and Redis flushed while events are held for
 digests; after the restart each held event is delivered once, at its due time, none lost.
 
@@ -79,7 +79,7 @@ def test_held_events_are_delivered_once_at_their_due_time_after_every_process_is
     due = {w.session_id: {row.due_at for row in held_for(w.session_id)} for w in (soon, later)}
     with database.connection_context():
         created = {s.id: s.created_at for s in Subscription.select()}
-    # Held until max(created, previous digest) + N minutes (SPEC §8.3).
+    # Held until max(created, previous digest) + N minutes (docs/events.md#digests).
     assert due[soon.session_id] == {created[soon_sub["subscription_id"]] + DUE_WHILE_DOWN_MINUTES * MINUTE}
     assert due[later.session_id] == {created[later_sub["subscription_id"]] + DUE_AFTER_RESTART_MINUTES * MINUTE}
     [soon_due], [later_due] = due[soon.session_id], due[later.session_id]

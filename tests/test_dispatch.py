@@ -1,4 +1,4 @@
-"""The dispatcher: the result envelope and the SPEC §5 check order."""
+"""The dispatcher: the result envelope and the check order (docs/calling.md#check-order)."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_every_registered_action_has_a_level_and_a_summary_line() -> None:
     for spec in actions.values():
         assert spec.level in (None, "read", "prompt", "full")
         assert spec.summary, f"{spec.name} has no docstring"
-        # SPEC §5: the write actions (`ask` is one only about another session).
+        # docs/calling.md#levels-and-write-actions: the write actions (`ask` is one only about another session).
         assert spec.writes == (spec.name in WRITE_ACTIONS), spec.name
     assert actions["ask"].writes_with == "session"
 

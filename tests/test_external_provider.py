@@ -1,4 +1,4 @@
-"""`external` providers (SPEC §11): an agent process attached with the session's token
+"""`external` providers (docs/providers.md#external): an agent process attached with the session's token
 long-polls for its next prompt and streams its reply back; the turn is an ordinary turn
 (inFlight, usage, stop) run by the relay's worker."""
 

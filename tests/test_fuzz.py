@@ -1,10 +1,10 @@
-"""Property-based tests: whatever an agent or the owner posts, the relay answers in the SPEC shape.
+"""Property-based tests: whatever an agent or the owner posts, the relay answers in the documented shape.
 
 Random action payloads (registered action names and junk, random argument names, random
 JSON values of every type: nested, huge integers, NaN and infinities, unicode, lone
 surrogates, NUL characters, None, booleans) are posted over real HTTP to the real relay.
 It never answers 5xx, never a traceback or an HTML page: always a JSON object with `ok`,
-and when `ok` is false a SPEC §14 `code` whose status is the HTTP status (SPEC §3, §14).
+and when `ok` is false a docs/errors.md `code` whose status is the HTTP status (docs/calling.md, docs/errors.md).
 
 Prompts are kept from tying up the workers: `wait_seconds` is 0 for actions that wait
 (unless the drawn value is one the relay must refuse anyway), and lines starting with "!"
@@ -168,7 +168,7 @@ def post_json(url: str, token: str | None, method: str, payload: Any) -> request
 
 
 def assert_spec_shaped(response: requests.Response) -> dict[str, Any]:
-    """SPEC §3/§14: never 5xx, never HTML or a traceback; JSON with ok, and a code matching the status."""
+    """docs/calling.md, docs/errors.md: never 5xx, never HTML or a traceback; JSON with ok, and a code matching the status."""
     assert response.status_code < 500, response.text[:500]
     assert response.headers["Content-Type"].startswith("application/json"), response.text[:500]
     assert "Traceback" not in response.text and "<html" not in response.text.lower(), response.text[:500]

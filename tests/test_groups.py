@@ -1,4 +1,4 @@
-"""Session groups (SPEC §5.2, §5.4, §5.7, §5.9, §16): joining, leaving, heads, listings."""
+"""Session groups (docs/sessions.md#groups, docs/owner-api.md): joining, leaving, heads, listings."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Provider API keys are stored, never shown back, never logged (SPEC §11, §16).
+"""Provider API keys are stored, never shown back, never logged (docs/providers.md, docs/owner-api.md#providers).
 
 A relay of its own runs with every log at DEBUG, its worker processes' output and the web
 server's log captured to files; providers get distinctive keys; turns succeed and fail in

@@ -1,4 +1,4 @@
-"""Migrations (SPEC §13): a migrated database has exactly the models' schema, on SQLite and on
+"""Migrations (docs/operations.md#durability-and-recovery): a migrated database has exactly the models' schema, on SQLite and on
 PostgreSQL; `oar migrate` is idempotent; SQLite runs in WAL mode with a busy timeout."""
 
 from __future__ import annotations

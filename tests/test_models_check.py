@@ -1,4 +1,4 @@
-"""Model checks (SPEC §5.8): the pure check, and send / create_session / update_session over HTTP."""
+"""Model checks (docs/sessions.md#model-checks): the pure check, and send / create_session / update_session over HTTP."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The owner's page (SPEC §16 "Page") over real HTTP: sign-in, CSRF, forms, escaping.
+"""The owner's page (docs/owner-api.md#the-page) over real HTTP: sign-in, CSRF, forms, escaping.
 
 The browser side (JavaScript, live updates) is in test_page_browser.py.
 """

@@ -1,4 +1,4 @@
-"""The Procfile way (SPEC §1, §13, §16): `oar migrate`, a bare `gunicorn wsgi:app`,
+"""The Procfile way (docs/operations.md#running-the-relay, docs/operations.md#durability-and-recovery): `oar migrate`, a bare `gunicorn wsgi:app`,
 `oar worker` and `oar clock` as separate processes on the machine's Redis and PostgreSQL.
 
 Skipped (with the reason) only when PostgreSQL or Redis at 127.0.0.1 do not answer.
@@ -40,7 +40,7 @@ FAST_TIMES = {
 CONCURRENT_SENDS = 100
 # gunicorn.conf.py's web workers on this machine, the 2 worker processes and the clock.
 PROCESSES_USING_THE_DATABASE = min(4, (os.cpu_count() or 1) * 2 + 1) + 2 + 1
-SENDERS = 5  # each conversation sends 20 prompts: under the loop limit of 30 (SPEC §4)
+SENDERS = 5  # each conversation sends 20 prompts: under the loop limit of 30 (docs/rules.md#loop-protection)
 # Each worker process runs up to OAR_WORKER_THREADS (default 32) turns at once: 100 turns of
 # 3 s on 2 processes take about two rounds, so most sends come back done within wait_seconds.
 TURN_SLEEP = "3"

@@ -1,5 +1,5 @@
 """The SSE framing and each protocol's pure event parser, on recorded streams in the APIs'
-documented formats (SPEC §11): tool calls split across chunks, usage in the final chunk,
+documented formats (docs/providers.md): tool calls split across chunks, usage in the final chunk,
 a stream cut mid-event; and the error classification of refused requests."""
 
 from __future__ import annotations

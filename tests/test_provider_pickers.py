@@ -1,4 +1,4 @@
-"""Provider pickers (SPEC §11, last paragraph): only configured providers, reachable ones first
+"""Provider pickers (docs/providers.md#configuring-providers, last paragraph): only configured providers, reachable ones first
 (a cached probe, never a call per listing); a saved default that is no longer configured is
 repaired to the first configured one; a session's model is honoured only while it belongs to
 its provider."""

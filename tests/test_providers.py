@@ -1,4 +1,4 @@
-"""Real providers (SPEC §11, §16, §5.3): the owner API configures them, and the real worker
+"""Real providers (docs/providers.md, docs/owner-api.md#providers, docs/sessions.md#usage): the owner API configures them, and the real worker
 runs turns against a local fake API speaking each wire format over HTTP with SSE."""
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ def test_thinking_inline_puts_reasoning_in_one_block(relay: Relay, desk: Agent, 
     assert plain["reply"]["text"] == "thought through"  # omit by default
     session = plain["session"]
     updated = desk.ok("update_session", relay="this", session=session, thinking_display="full")
-    assert updated["changed"] == ["thinking_display"]  # the LLM kinds honour it (SPEC §5.9)
+    assert updated["changed"] == ["thinking_display"]  # the LLM kinds honour it (docs/sessions.md#update_session)
     inline = desk.ok("send", relay="this", session=session, text="#think again", wait_seconds=30)
     assert inline["reply"]["text"] == "<thinking>Let me think.</thinking>\nthought through"
 
@@ -264,7 +264,7 @@ def test_the_api_key_never_appears_in_answers_or_files(relay: Relay, desk: Agent
             assert fake.api_key not in path.read_text(errors="replace"), path
 
 
-# The billing switch (SPEC §5.6) ---------------------------------------------------------------
+# The billing switch (docs/sessions.md#send) ---------------------------------------------------------------
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Question cards (`!ask` → ask_user, answer_question) and non-blocking asks (SPEC §5.11, §5.12, §7)."""
+"""Question cards (`!ask` → ask_user, answer_question) and non-blocking asks (docs/sessions.md#answer_question-stop-and-archive, docs/sessions.md#ask-list_questions-and-withdraw, docs/waiting.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Bad input to answer_question, ask, list_questions and withdraw is refused in the SPEC shape
-and changes nothing (SPEC §3, §5.11, §5.12, §14): the table of tests/support/bad_input/questions.py."""
+"""Bad input to answer_question, ask, list_questions and withdraw is refused in the documented shape
+and changes nothing (docs/calling.md, docs/sessions.md#answer_question-stop-and-archive, docs/sessions.md#ask-list_questions-and-withdraw, docs/errors.md): the table of tests/support/bad_input/questions.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Quiet hours on named dates across clock changes (SPEC §8.3). Times are naive UTC."""
+"""Quiet hours on named dates across clock changes (docs/events.md#quiet-hours). Times are naive UTC."""
 
 from __future__ import annotations
 

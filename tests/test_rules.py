@@ -1,4 +1,4 @@
-"""Rules for agents on this relay (SPEC §4): one level, 4 at work, rate limits, loop protection."""
+"""Rules for agents on this relay (docs/rules.md#loop-protection): one level, 4 at work, rate limits, loop protection."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def test_a_session_an_agent_created_cannot_create_sessions(relay: Relay, desk: A
     before = owner_sessions(relay)
     body = child.refused("create_session", "REMOTE_RELAY_NESTED_SESSION", relay="this", text="grandchild")
     assert body["error"] == "A session that an agent created cannot create sessions. Nothing was created."
-    # It comes before the model check (SPEC §5 check order).
+    # It comes before the model check (check order: docs/calling.md#check-order).
     child.refused("create_session", "REMOTE_RELAY_NESTED_SESSION", relay="this", text="x", model="nope")
     assert owner_sessions(relay) == before
     assert "mayCreateSessions" not in listed(desk, child_id)
@@ -171,7 +171,7 @@ def test_a_turn_that_ends_frees_its_place(relay: Relay, desk: Agent) -> None:
 
 def test_calls_over_the_per_minute_limit_are_refused(relay: Relay, desk: Agent) -> None:
     relay.settings(rate_calls_per_minute=3)
-    # list_relays answers before the rate check (SPEC §5 check order): not counted.
+    # list_relays answers before the rate check (check order: docs/calling.md#check-order): not counted.
     for _ in range(5):
         desk.ok("list_relays")
     for _ in range(3):

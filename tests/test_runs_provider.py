@@ -1,4 +1,4 @@
-"""`runs` providers (SPEC §11): a Hermes-style agent server keeps the transcript; the relay
+"""`runs` providers (docs/providers.md#agent-servers): a Hermes-style agent server keeps the transcript; the relay
 sends only the current turn, relays approvals and clarifications as `ask_user` cards, stops
 runs, backfills a conversation that moves onto it once, and names the server's session once."""
 

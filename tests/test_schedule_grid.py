@@ -1,4 +1,4 @@
-"""When schedules fire (SPEC §9): the pure grid and cron functions, on named dates.
+"""When schedules fire (docs/schedules.md#firing): the pure grid and cron functions, on named dates.
 
 Daylight saving changes used (all verifiable in the tz database):
 - Europe/Berlin: spring 2026-03-29 02:00 CET → 03:00 CEST (01:00 UTC);

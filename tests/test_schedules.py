@@ -1,4 +1,4 @@
-"""Schedules (SPEC §9) on the real relay: setting, firing, skipping, holding, listing, ending.
+"""Schedules (docs/schedules.md#schedules-into-other-sessions) on the real relay: setting, firing, skipping, holding, listing, ending.
 
 Firing is driven by calling the sweeper (`fire_due`) with a `now` at or after the due time,
 so that no test waits for minutes to pass; the end-to-end restart test

@@ -1,5 +1,5 @@
-"""Bad input to schedule, list_schedules and unschedule is refused in the SPEC shape and
-changes nothing (SPEC §3, §9, §14): the table of tests/support/bad_input/schedules.py, in
+"""Bad input to schedule, list_schedules and unschedule is refused in the documented shape and
+changes nothing (docs/calling.md, docs/schedules.md, docs/errors.md): the table of tests/support/bad_input/schedules.py, in
 the world of the other bad-input tables.
 """
 

@@ -1,4 +1,4 @@
-"""Schedules survive restarts (SPEC §9, §13): every relay process killed with SIGKILL and
+"""Schedules survive restarts (docs/schedules.md, docs/operations.md#durability-and-recovery): every relay process killed with SIGKILL and
 Redis flushed while schedules are pending; after several due times pass the relay comes
 back, and each schedule fires exactly once for what it missed and keeps its grid.
 

@@ -1,4 +1,4 @@
-"""Watching sessions over real HTTP with real workers (SPEC §8): subscribe, events, delivery."""
+"""Watching sessions over real HTTP with real workers (docs/events.md): subscribe, events, delivery."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Bad input to subscribe, unsubscribe, list_subscriptions and transfer_subscriptions is
-refused in the SPEC shape and creates nothing (SPEC §3, §8.1, §14): the table of
+refused in the documented shape and creates nothing (docs/calling.md, docs/events.md#subscriptions, docs/errors.md): the table of
 tests/support/bad_input/subscriptions.py."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The task console's view of an output (SPEC §5.5), as pure functions: tail reading, ANSI,
+"""The task console's view of an output (docs/tasks.md#read_task_output), as pure functions: tail reading, ANSI,
 folding, credential masking, test counts from real runner transcripts, stall."""
 
 from __future__ import annotations

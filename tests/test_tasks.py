@@ -1,4 +1,4 @@
-"""Background tasks over the real stack (SPEC §2, §5.4, §5.5, §11 `!task`): echo's `!task`,
+"""Background tasks over the real stack (docs/concepts.md#background-tasks, docs/tasks.md#shown-where, docs/tasks.md#read_task_output, docs/providers.md `!task`): echo's `!task`,
 the agent API for an agent's own tasks, read_task_output, states, events, stop and archive,
 and a task whose worker died."""
 

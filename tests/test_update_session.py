@@ -1,4 +1,4 @@
-"""update_session (SPEC §5.9): settings, changed, notes, folders, permissions."""
+"""update_session (docs/sessions.md#folders): settings, changed, notes, folders, permissions."""
 
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ def test_mode_set_by_update_session_lasts(relay: Relay, desk: Agent, mine: str) 
     decide(relay, pending_card(relay)["id"], "allow")
     poll("the send from ask mode", lambda: "hi" in [m["text"] for m in relay.owner.get(f"/api/v1/owner/sessions/{mine}")["messages"]])
     assert settings_of(relay, mine)["mode"] == "ask"
-    # A send from a caller in another mode passes that mode (SPEC §5.9).
+    # A send from a caller in another mode passes that mode (docs/sessions.md#update_session).
     desk.ok("send", relay="this", session=mine, text="back to work")
     assert settings_of(relay, mine)["mode"] == "agent"
 

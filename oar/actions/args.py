@@ -1,4 +1,4 @@
-"""Checking an action's arguments before anything changes (SPEC §3)."""
+"""Checking an action's arguments before anything changes (docs/calling.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The checks every call passes before its action runs (SPEC §5), in their order.
+"""The checks every call passes before its action runs (docs/calling.md#check-order), in their order.
 
 Each check is a named function of the `Call` that raises `ActionError` to refuse it and
 changes nothing. What depends on where the action runs (is the relay unlocked, the "Agents
@@ -21,12 +21,12 @@ from oar.core.errors import ActionError
 from oar.core.ratelimit import RateLimiter
 from oar.sessions import sessions as session_rules
 
-# Actions that still work on this relay while agent sessions are off (SPEC §4).
+# Actions that still work on this relay while agent sessions are off (docs/rules.md#agent-sessions-on-or-off).
 WORK_WHILE_DISABLED = {"list_relays", "relay_info", "unsubscribe", "list_subscriptions", "unschedule", "list_schedules"}
 # ...and these too, about the calling conversation's own questions.
 OWN_QUESTIONS = {"ask", "list_questions", "withdraw"}
 # What other relays' agents could change or watch on a relay that does not accept their
-# prompts (SPEC §10); `ask` too when it names a session.
+# prompts (docs/relays.md); `ask` too when it names a session.
 REFUSED_WHEN_INBOUND_DISABLED = {
     "send", "create_session", "update_session", "answer_question", "stop", "archive", "subscribe",
     "transfer_subscriptions",
@@ -52,12 +52,12 @@ class Call:
 
 @dataclass(frozen=True)
 class Check:
-    name: str  # the step as SPEC §5 names it
+    name: str  # the step as docs/calling.md#check-order names it
     refuse: Callable[[Call], None]  # raises ActionError when the call may not go on
 
 
 def local_disabled(call: Call) -> None:
-    """The owner's "Agents may start and use sessions on this relay" (SPEC §4)."""
+    """The owner's "Agents may start and use sessions on this relay" (docs/rules.md#one-level)."""
     if call.target.agent_sessions_enabled or call.spec.name in WORK_WHILE_DISABLED:
         return
     if call.spec.name in OWN_QUESTIONS and not _about_another_session(call):
@@ -71,7 +71,7 @@ def local_disabled(call: Call) -> None:
 
 
 def unlock(call: Call) -> None:
-    """A paired relay is locked in each conversation until the owner mentions it (SPEC §10)."""
+    """A paired relay is locked in each conversation until the owner mentions it (docs/relays.md)."""
     if call.target.unlocked_by(call.caller) is None:
         name = call.target.name
         raise ActionError(
@@ -82,7 +82,7 @@ def unlock(call: Call) -> None:
 
 
 def level(call: Call) -> None:
-    """The "Agents may" level of the relay the action runs on (SPEC §10)."""
+    """The "Agents may" level of the relay the action runs on (docs/relays.md)."""
     needed = call.spec.level
     allowed = call.target.level
     if needed is None or LEVEL_RANKS.index(allowed) >= LEVEL_RANKS.index(needed):
@@ -94,7 +94,7 @@ def level(call: Call) -> None:
 
 
 def inbound_disabled(call: Call) -> None:
-    """Prompts from other relays' agents, where the relay does not take them (SPEC §10)."""
+    """Prompts from other relays' agents, where the relay does not take them (docs/relays.md)."""
     if call.target.accepts(call.caller):
         return
     if call.spec.name in REFUSED_WHEN_INBOUND_DISABLED or (call.spec.writes_with and _about_another_session(call)):
@@ -117,7 +117,7 @@ def own_session(call: Call) -> None:
 
 def hop_limit(call: Call) -> None:
     """A prompt crosses at most two relays unless the owner unlocked the next one by mention
-    (SPEC §10); reads and waits are never limited, and acting on this relay crosses none."""
+    (docs/relays.md); reads and waits are never limited, and acting on this relay crosses none."""
     crossings = call.target.crossings
     if crossings == 0 or not _is_write(call):
         return
@@ -152,7 +152,7 @@ def rate_limit(call: Call) -> None:
         )
 
 
-# The order of SPEC §5, after the arguments are valid and the relay is resolved; the
+# The order of docs/calling.md#check-order, after the arguments are valid and the relay is resolved; the
 # action's own checks (NESTED_SESSION / SESSION_LIMIT → model/group/folder → approval) follow
 # in its handler, before it changes anything.
 CHECKS: tuple[Check, ...] = (

@@ -1,4 +1,4 @@
-"""update_session, stop and archive (SPEC §5.9, §5.11)."""
+"""update_session, stop and archive (docs/sessions.md#update_session, docs/sessions.md#answer_question-stop-and-archive)."""
 
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
                 )
             wanted["cwd"] = folder
     ignored_settings: dict[str, Any] = {}
-    # Providers that honour thinking settings change them; others store them (SPEC §5.9).
+    # Providers that honour thinking settings change them; others store them (docs/sessions.md#update_session).
     thinking_settings = wanted if provider.supports_thinking else ignored_settings
     if "thinking_enabled" in args:
         thinking_settings["thinking_enabled"] = args["thinking_enabled"]
@@ -152,7 +152,7 @@ def _changes_line(
     wanted: dict[str, Any], changed: list[str], stored_only: list[str], ignored: dict[str, Any],
     group_change: tuple[Any, ...] | None,
 ) -> str:
-    """`Model: … · Effort: … · Group: …` for the card (SPEC §5.9)."""
+    """`Model: … · Effort: … · Group: …` for the card (docs/sessions.md#groups)."""
     parts = [f"{key.replace('_', ' ').capitalize()}: {wanted[key]}" for key in changed if key != "group"]
     parts += [f"{key.replace('_', ' ').capitalize()}: {ignored[key]}" for key in stored_only]
     if group_change is not None and group_change[0] in ("join", "create", "leave"):

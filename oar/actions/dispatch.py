@@ -1,4 +1,4 @@
-"""The one dispatcher: the SPEC §5 check order and the result envelope (SPEC §3).
+"""The one dispatcher: the check order (docs/calling.md#check-order) and the result envelope (docs/calling.md).
 
 validate arguments → (list_relays answers here) → resolve relay (the `Target`) → the named
 checks of `checks.CHECKS` (LOCAL_DISABLED → unlock → level → INBOUND_DISABLED → OWN_SESSION

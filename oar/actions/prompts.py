@@ -1,4 +1,4 @@
-"""send, create_session and wait: prompting sessions and waiting for replies (SPEC §5.6, §5.7, §5.10, §7)."""
+"""send, create_session and wait: prompting sessions and waiting for replies (docs/sessions.md#send, docs/sessions.md#create_session, docs/waiting.md#the-wait-action, docs/waiting.md)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from oar.watching import own_prompts
 
 
 def wait_seconds(ctx: CallContext, args: dict[str, Any]) -> tuple[int, str | None]:
-    """The wait to use, capped by the owner's "Longest wait per tool call" (SPEC §7)."""
+    """The wait to use, capped by the owner's "Longest wait per tool call" (docs/waiting.md#wait_seconds)."""
     requested = args.get("wait_seconds", defaults.DEFAULT_WAIT_SECONDS)
     cap = ctx.settings["max_wait_seconds"]
     if requested > cap:
@@ -41,7 +41,7 @@ def waited_result(ctx: CallContext, message: Message, args: dict[str, Any]) -> d
     seconds, cap_note = wait_seconds(ctx, args)
     deadline = time.monotonic() + seconds
     if seconds > 0:
-        # Own-prompt suppression (SPEC §8.3): while the sender waits, a turn_end is held;
+        # Own-prompt suppression (docs/events.md#own-prompts): while the sender waits, a turn_end is held;
         # once it got the finished reply here, that turn_end is not delivered.
         own_prompts.waiting_for_reply(message, ctx.caller.id, ctx.now + timedelta(seconds=seconds))
         message = turns.wait_for(ctx.runtime, message.id, seconds)

@@ -1,4 +1,4 @@
-"""answer_question, ask, list_questions and withdraw (SPEC §5.11, §5.12)."""
+"""answer_question, ask, list_questions and withdraw (docs/sessions.md#answer_question-stop-and-archive, docs/sessions.md#ask-list_questions-and-withdraw)."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def ask(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         if target.archived:
             raise invalid(f"Session {target.id[:8]} is archived. {nothing}")
     questions.check_ask_limits(ctx.caller.id, target.id, nothing)
-    if target.id != ctx.caller.id:  # a write only about another session (SPEC §5)
+    if target.id != ctx.caller.id:  # a write only about another session (docs/calling.md#levels-and-write-actions)
         cards.approve(ctx, cards.Request(action="ask", nothing=nothing, target=target, excerpt=args["question"]))
     with write_transaction():
         question = questions.create_ask(

@@ -33,14 +33,14 @@ class ActionSpec:
     not_own_session: str | None = None
     summary: str = ""
     # Arguments refused with their own sentence instead of the unknown-argument one
-    # (update_session's `may_create_sessions`, SPEC §4).
+    # (update_session's `may_create_sessions`, docs/rules.md#one-level).
     refused_args: tuple[tuple[str, str], ...] = ()
-    # A write only when this argument names another session (`ask` with `session`, SPEC §5).
+    # A write only when this argument names another session (`ask` with `session`, docs/calling.md#levels-and-write-actions).
     writes_with: str | None = None
-    # At least one of these arguments is required (update_session's settings, SPEC §5.9).
+    # At least one of these arguments is required (update_session's settings, docs/sessions.md#update_session).
     needs_one_of: tuple[str, ...] = ()
     # Why a call of this action asks the owner, besides ask/plan mode and loop protection
-    # (SPEC §6): reasons from `cards.DECLARED_REASONS`, each asked when it applies.
+    # (docs/rules.md#approval-cards): reasons from `cards.DECLARED_REASONS`, each asked when it applies.
     approval: tuple[str, ...] = ()
 
 

@@ -1,4 +1,4 @@
-"""list_relays, relay_info, usage (SPEC §5.1–5.3)."""
+"""list_relays, relay_info, usage (docs/sessions.md#list_relays, docs/sessions.md#relay_info, docs/sessions.md#usage)."""
 
 from __future__ import annotations
 

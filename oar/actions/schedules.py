@@ -1,4 +1,4 @@
-"""schedule, list_schedules and unschedule (SPEC §9).
+"""schedule, list_schedules and unschedule (docs/schedules.md#list_schedules).
 
 Schedules exist only on this relay: `relay` may be omitted, and a paired relay is refused
 with REMOTE_RELAY_UNSUPPORTED once relays can be paired (until then any other name is
@@ -67,14 +67,14 @@ def schedule(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         raise invalid(f"schedule: {error}. {SCHEDULED_NOTHING}") from None
     title = (args.get("title") or "").strip() or sessions.title_from(args["text"])
     # Controlled like send: loop protection counts it once now and once per firing, and the
-    # ask/plan-mode card is asked here, once; a firing has no turn and never asks (SPEC §9).
+    # ask/plan-mode card is asked here, once; a firing has no turn and never asks (docs/schedules.md).
     cards.approve(ctx, cards.Request(
         action="schedule", nothing=SCHEDULED_NOTHING, target=target if into_other else None,
         excerpt=args["text"], counted=into_other, lines=(f'Schedule: "{title}" · {_card_timing(args)}',),
     ))
     if utcnow() - ctx.now > timedelta(seconds=1):  # the card took a while: the grid starts at the Allow
         first = schedule_grid.first_due(at=at, every_seconds=every_seconds, cron=cron, tz=tz, now=utcnow())
-    # What the firings inherit (SPEC §9): the relay the setting turn came from, the caller's model and hops.
+    # What the firings inherit (docs/schedules.md): the relay the setting turn came from, the caller's model and hops.
     turn_relay = Provenance.of(ctx.turn).relay if ctx.turn is not None else None
     origin = replace(ctx.provenance(), kind="schedule", relay=turn_relay)
     with write_transaction():

@@ -90,7 +90,7 @@ def relay_tool() -> ToolDefinition:
 @cache
 def system_prompt() -> str:
     """The system prompt of LLM turns: byte-stable from turn to turn so that prompt caches hit
-    from position 0 (SPEC §11); its action list comes from the registry."""
+    from position 0 (docs/providers.md); its action list comes from the registry."""
     lines = [PROMPT_INTRODUCTION, "", PROMPT_LEGEND]
     lines += [f"- {action_signature(spec)}: {spec.summary}" for spec in ordered_actions()]
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""list_sessions and read_session (SPEC §5.4)."""
+"""list_sessions and read_session (docs/sessions.md#list_sessions)."""
 
 from __future__ import annotations
 

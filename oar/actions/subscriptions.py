@@ -1,4 +1,4 @@
-"""subscribe, unsubscribe, list_subscriptions and transfer_subscriptions (SPEC §8.1, §8.4).
+"""subscribe, unsubscribe, list_subscriptions and transfer_subscriptions (docs/events.md#subscriptions, docs/events.md#lifetime).
 
 Subscriptions only notify; they approve and answer nothing. A conversation's first watch
 asks the owner's approval card (remembered), and `transfer_subscriptions` always does.
@@ -71,7 +71,7 @@ def subscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     exclude = _exclude(ctx, args.get("exclude"), scope)
     events = _events(args.get("events"))
     if args.get("heartbeat_minutes") and "heartbeat" not in events:
-        events.append("heartbeat")  # setting heartbeat_minutes turns heartbeats on (SPEC §8.1)
+        events.append("heartbeat")  # setting heartbeat_minutes turns heartbeats on (docs/events.md#subscriptions)
     elif "heartbeat" in events and not args.get("heartbeat_minutes"):
         raise invalid(f"heartbeat needs heartbeat_minutes (5 to 1,440): how often it comes. {SUBSCRIBED_NOTHING}")
     match = args.get("match")
@@ -131,7 +131,7 @@ def _limit_reached(nothing: str = SUBSCRIBED_NOTHING) -> ActionError:
 
 
 def _watch_line(scope: str, named: list[Session], events: list[str], args: dict[str, Any], quiet: Any) -> str:
-    """What the card shows: the sessions, the events and the options (SPEC §6)."""
+    """What the card shows: the sessions, the events and the options (docs/rules.md#approval-cards)."""
     watched = "all sessions" if scope == "all" else ", ".join(f'{s.id[:8]} "{s.title}"' for s in named[:5])
     if scope != "all" and len(named) > 5:
         watched += f" and {len(named) - 5} more"
@@ -256,7 +256,7 @@ def list_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]
     writes=True,
     relay_optional=True,
     nothing=TRANSFERRED_NOTHING,
-    approval=("transfer",),  # always a card (SPEC §6)
+    approval=("transfer",),  # always a card (docs/rules.md#approval-cards)
 )
 def transfer_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Move every subscription of another conversation to this one (always an approval card)."""
@@ -271,7 +271,7 @@ def transfer_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, 
     kept = subscription_rules.active_of(ctx.caller.id).count()
     if kept + len(moving) > subscription_rules.MAX_SUBSCRIPTIONS:
         raise _limit_reached(TRANSFERRED_NOTHING)
-    cards.approve(ctx, cards.Request(  # always a card (SPEC §6)
+    cards.approve(ctx, cards.Request(  # always a card (docs/rules.md#approval-cards)
         action="transfer_subscriptions", nothing=TRANSFERRED_NOTHING, target=source,
         lines=(f"{len(moving)} subscription{'s' if len(moving) != 1 else ''}: {', '.join(r.id for r in moving)}",),
     ))

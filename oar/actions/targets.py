@@ -15,7 +15,7 @@ from oar.actions.context import CallContext, Caller
 from oar.actions.registry import ActionSpec
 from oar.core.errors import ActionError, invalid
 
-# Who opened a relay for a conversation (SPEC §10): the owner by mention, an agent there by
+# Who opened a relay for a conversation (docs/relays.md): the owner by mention, an agent there by
 # writing into it; this relay is open to its own conversations from the start.
 Unlocked = Literal["always", "owner", "agent"]
 
@@ -49,7 +49,7 @@ class Target(Protocol):
         ...
 
     def accepts(self, caller: Caller) -> bool:
-        """Whether it takes prompts (and watches) from this caller (SPEC §10 "Accept prompts
+        """Whether it takes prompts (and watches) from this caller (docs/relays.md "Accept prompts
         from other relays' agents")."""
         ...
 
@@ -84,7 +84,7 @@ class ThisRelay:
 
 
 def resolve_target(ctx: CallContext, spec: ActionSpec, args: dict[str, Any]) -> Target:
-    """The relay the call acts on, from its `relay` argument (SPEC §5: "resolve relay")."""
+    """The relay the call acts on, from its `relay` argument (docs/calling.md#check-order: "resolve relay")."""
     relay = args.get("relay")
     if relay is None:
         if spec.relay_optional:

@@ -1,4 +1,4 @@
-"""read_task_output (SPEC §5.5): the tail of a task's output as the task console shows it."""
+"""read_task_output (docs/tasks.md#read_task_output): the tail of a task's output as the task console shows it."""
 
 from __future__ import annotations
 

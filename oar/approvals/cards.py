@@ -1,4 +1,4 @@
-"""Approval cards (SPEC §6): a write call of a conversation's agent waits for the owner.
+"""Approval cards (docs/rules.md#approval-cards): a write call of a conversation's agent waits for the owner.
 
 A card is asked when the call needs one (`reasons_for`, pure). Each action declares its own
 reasons in its spec (`@action(..., approval=(...))`, see DECLARED_REASONS): the
@@ -6,7 +6,7 @@ conversation's first `create_session` and first watch on a relay, `update_sessio
 sessions it did not start (these three Allows are remembered per conversation and relay,
 across restarts, as `Approval` rows), `transfer_subscriptions` always. Two reasons come
 from the call itself: every write while the conversation is in `ask` or `plan` mode, and the
-31st agent-to-agent prompt (`Request.counted`; loop protection, §4, `oar.approvals.loop`).
+31st agent-to-agent prompt (`Request.counted`; loop protection, docs/rules.md#loop-protection, `oar.approvals.loop`).
 
 The card is shown in the calling conversation's live turn; with none, the call fails closed
 (`REMOTE_RELAY_NO_ACTIVE_TURN`). The call then blocks — holding no database connection —
@@ -222,7 +222,7 @@ def decide(runtime: Runtime, card_id: str, decision: str) -> dict[str, Any]:
         )
         if decided and status == CardStatus.ALLOWED:
             _grant(card.session_id, "this", [r for r in card.reasons if r in REMEMBERED], card.id)
-            if "loop" in card.reasons:  # Allow on the loop card starts the count over (SPEC §4)
+            if "loop" in card.reasons:  # Allow on the loop card starts the count over (docs/rules.md#loop-protection)
                 loop.start_over(card.session_id)
     if not decided:
         current = Card.get_by_id(card.id).status

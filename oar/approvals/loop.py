@@ -1,4 +1,4 @@
-"""Loop protection (SPEC §4, §9): agents prompting each other without the user.
+"""Loop protection (docs/rules.md#loop-protection, docs/schedules.md#schedules-into-other-sessions): agents prompting each other without the user.
 
 Every agent-to-agent prompt a conversation sends (`send`, `create_session`, `schedule` into
 another session and each of its firings) is counted on the sending conversation. Once the

@@ -1,4 +1,4 @@
-"""Question cards (SPEC §5.11, §5.12, §7).
+"""Question cards (docs/sessions.md#answer_question-stop-and-archive, docs/sessions.md#ask-list_questions-and-withdraw, docs/waiting.md).
 
 Two kinds share one table and one shape:
 - `ask_user`: a session's agent waits on it mid-turn (the echo provider's `!ask`); another
@@ -24,14 +24,14 @@ from oar.core.signals import publish
 from oar.core.statuses import QuestionStatus, TurnStatus
 from oar.core.timeutil import iso, utcnow
 
-# Pending asks per asking conversation and per target session (SPEC §5.12).
+# Pending asks per asking conversation and per target session (docs/sessions.md#ask-list_questions-and-withdraw).
 MAX_PENDING_ASKS = 20
 # Answered, dismissed, withdrawn and ended asks stay listed this long.
 LISTED_AFTER_ENDING = timedelta(days=1)
 
 
 def shape(question: Question) -> dict[str, Any]:
-    """The one shape of a pending question, used everywhere (SPEC §7)."""
+    """The one shape of a pending question, used everywhere (docs/concepts.md#questions)."""
     return {
         "id": question.id,
         "kind": question.kind,

@@ -1,4 +1,4 @@
-"""A task's output as the task console shows it (SPEC §5.5): pure functions, no database.
+"""A task's output as the task console shows it (docs/tasks.md#read_task_output): pure functions, no database.
 
 - `read_window` reads only the end of an output file, block by block from its end, so the
   cost of a tail does not grow with the file (a 1 GB output reads as fast as a 1 MB one);
@@ -176,7 +176,7 @@ _SECRET_PATTERNS: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] =
 
 
 def mask(text: str) -> str:
-    """Credentials replaced by `****` (SPEC §5.5, §13), private key blocks by one line."""
+    """Credentials replaced by `****` (docs/tasks.md#read_task_output, docs/operations.md#durability-and-recovery), private key blocks by one line."""
     text = _KEY_BLOCK_END.sub(lambda m: f"[private key masked] -----END {m[1]}-----", text, count=1)
     text = _KEY_BLOCK.sub(lambda m: f"-----BEGIN {m[1]}----- [private key masked]", text)
     for pattern, replacement in _SECRET_PATTERNS:
@@ -328,7 +328,7 @@ def _live_counts(lines: list[str]) -> dict[str, Any] | None:
 
 
 def stall(last_output_at: datetime, now: datetime, quiet_after_minutes: int) -> dict[str, Any]:
-    """`{minutesSinceOutput, since, quiet, quietAfterMinutes}` of a running task (SPEC §5.4)."""
+    """`{minutesSinceOutput, since, quiet, quietAfterMinutes}` of a running task (docs/tasks.md#shown-where)."""
     minutes = max(0, int((now - last_output_at).total_seconds() // 60))
     return {
         "minutesSinceOutput": minutes,

@@ -1,4 +1,4 @@
-"""Recovering background tasks, run by the clock's reconciler (SPEC §13): a task whose worker
+"""Recovering background tasks, run by the clock's reconciler (docs/operations.md#durability-and-recovery): a task whose worker
 died is failed (and its process ended), one no worker took is enqueued again, an agent's own
 task outlived by its turn ends, and output past the hour it stays readable is removed."""
 

@@ -1,4 +1,4 @@
-"""Background tasks: shell commands a session runs beside its turns (SPEC §2, §5.4, §5.5, §11).
+"""Background tasks: shell commands a session runs beside its turns (docs/concepts.md#background-tasks, docs/tasks.md#shown-where, docs/tasks.md#read_task_output, docs/providers.md).
 
 A task is a row (the truth) and a subprocess run by an RQ job (`workers.tasks.run_task`, see
 `oar.background.task_runner`), never by a turn: a turn that starts a task goes on and may end
@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 TYPES = ("local_bash", "monitor", "subagent")
 MAX_COMMAND_CHARS = 10_000
-# Task ids look like the SPEC's `b7k2m9q4`: 8 characters without look-alikes (40 bits).
+# Task ids look like the documented `b7k2m9q4`: 8 characters without look-alikes (40 bits).
 _ID_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"
 
 OFF_TEXT = (

@@ -1,4 +1,4 @@
-"""The `oar` command: `python -m oar <command>` (SPEC §12)."""
+"""The `oar` command: `python -m oar <command>` (docs/calling.md#other-surfaces)."""
 
 from __future__ import annotations
 

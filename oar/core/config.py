@@ -1,7 +1,7 @@
 """Configuration: documented defaults, then the environment, then a caller's overrides.
 
 Every setting has a default that gives a complete embedded relay with no configuration
-(SPEC §16). Time constants of ``oar.defaults`` are read from ``OAR_<NAME>`` as well.
+(docs/operations.md#running-the-relay). Time constants of ``oar.defaults`` are read from ``OAR_<NAME>`` as well.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from oar.core import defaults
 
-# Time constants that the environment may override (SPEC §15).
+# Time constants that the environment may override (docs/limits.md#time-constants).
 TUNABLE_TIMES = (
     "TURN_HEARTBEAT_SECONDS",
     "TURN_STALE_SECONDS",

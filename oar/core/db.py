@@ -83,7 +83,7 @@ def write_transaction() -> peewee._atomic:
 def released_connection() -> Iterator[None]:
     """Give this thread's connection back while it waits for something else.
 
-    Long waits must not hold a database connection (SPEC §7); the next query reopens it.
+    Long waits must not hold a database connection (docs/waiting.md#how-waiting-wakes); the next query reopens it.
     Inside a transaction or an explicit `connection_context()` the connection is kept,
     since closing it there would end what the caller opened.
     """

@@ -2,7 +2,7 @@
 
 Time constants can be overridden from the environment as ``OAR_<NAME>`` (see
 ``oar.config``), so that tests and demos can run them fast; the values here are the
-documented defaults (SPEC §15).
+documented defaults (docs/limits.md).
 """
 
 # Longest wait per tool call (owner setting `max_wait_seconds`, 120–3600).
@@ -15,23 +15,23 @@ MAX_TURN_SECONDS = 3600
 # Task health: minutes without output before a task counts as quiet (owner setting).
 QUIET_AFTER_MINUTES = 10
 # A session that answered but keeps working in the background reports `done` after this
-# long without output from its tasks (SPEC §7, §15).
+# long without output from its tasks (docs/waiting.md, docs/limits.md).
 BACKGROUND_QUIET_SECONDS = 10
 
 # Sessions started by one conversation with a turn queued or running, per relay.
 MAX_ACTIVE_SESSIONS = 4
 # Agent-to-agent prompts a conversation may send before an approval card.
 LOOP_PROMPTS_BEFORE_CARD = 30
-# Relays a prompt may cross (SPEC §10, §15); the owner's mention lets it cross one more.
+# Relays a prompt may cross (docs/relays.md, docs/limits.md); the owner's mention lets it cross one more.
 MAX_HOPS = 2
-# An approval card nobody decided is withdrawn after this long (SPEC §6, §15: 8 hours).
+# An approval card nobody decided is withdrawn after this long (docs/rules.md#outcomes, docs/limits.md: 8 hours).
 CARD_EXPIRY_SECONDS = 8 * 3600
 # Calls and write calls per sliding minute per conversation (owner settings; 0 = no limit).
 RATE_CALLS_PER_MINUTE = 60
 RATE_WRITES_PER_MINUTE = 10
 RATE_WINDOW_SECONDS = 60
 
-# Prompt and reply sizes (SPEC §7).
+# Prompt and reply sizes (docs/waiting.md#statuses).
 MAX_PROMPT_CHARS = 100_000
 MAX_REPLY_CHARS = 8_000
 # Text of a running reply shown in `progress`.
@@ -72,7 +72,7 @@ SESSION_ID_BYTES = 8  # 64 bits, hex: shown shortened to 8 characters
 TOKEN_BYTES = 32  # 256 bits
 SHORT_ID_CHARS = 8
 
-# Schedules (SPEC §9).
+# Schedules (docs/schedules.md).
 # Active schedules firing into one conversation, and set by one conversation for others.
 SCHEDULES_INTO_CONVERSATION = 20
 SCHEDULES_SET_FOR_OTHERS = 20
@@ -90,7 +90,7 @@ SCHEDULE_TEXT_LISTED_CHARS = 200
 # Due schedules one sweep of the clock fires at most (the rest wait for the next sweep).
 SCHEDULE_SWEEP_BATCH = 500
 
-# Background tasks (SPEC §5.5, §15).
+# Background tasks (docs/tasks.md#read_task_output, docs/limits.md).
 # A running task's job writes a heartbeat this often; the reconciler fails a task whose
 # heartbeat is older than TASK_STALE_SECONDS (its worker died) and ends its process.
 TASK_HEARTBEAT_SECONDS = 5
@@ -103,7 +103,7 @@ TASK_OUTPUT_KEEP_SECONDS = 3600
 TASK_OUTPUT_LINES_DEFAULT = 50
 TASK_OUTPUT_LINES_MAX = 500
 
-# Watching sessions (SPEC §8, §15).
+# Watching sessions (docs/events.md, docs/limits.md).
 # Events within this long of the first one after a quiet period arrive as one message.
 DELIVERY_WINDOW_SECONDS = 30
 # Wake-ups per watcher are counted over this sliding span (an hour); past 20 the rest come
@@ -114,7 +114,7 @@ DELIVERY_CAP_DIGEST_SECONDS = 600
 # contract; tests shorten it).
 DELIVERY_MINUTE_SECONDS = 60
 # `stalled_minutes` of a subscription that does not give one: a running turn or task without
-# output this long is `stalled` (SPEC §8.1, §15).
+# output this long is `stalled` (docs/events.md#subscriptions, docs/limits.md).
 STALLED_DEFAULT_MINUTES = 15
 # Events one ingestion transaction turns into held rows at most (events × the subscriptions
 # that may receive them), so that a wide fan-out keeps write transactions short.
@@ -128,7 +128,7 @@ INGEST_PAUSE_SECONDS = 0.1
 # Ended subscriptions stay in list_subscriptions this long.
 SUBSCRIPTION_ENDED_LISTED_SECONDS = 3600
 
-# Providers that speak an LLM wire protocol (SPEC §11).
+# Providers that speak an LLM wire protocol (docs/providers.md#wire-protocols).
 # Connecting to a provider's server, before the request counts as failed (network).
 PROVIDER_CONNECT_TIMEOUT_SECONDS = 10
 # Silence between two bytes of a provider's answer before the turn fails (timeout);

@@ -1,4 +1,4 @@
-"""One error type that knows its JSON shape and HTTP status (SPEC §3, §14)."""
+"""One error type that knows its JSON shape and HTTP status (docs/calling.md, docs/errors.md)."""
 
 from __future__ import annotations
 

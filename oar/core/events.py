@@ -1,4 +1,4 @@
-"""The event record: what happened in a session, kept durably for the delivery engine (SPEC §8.2).
+"""The event record: what happened in a session, kept durably for the delivery engine (docs/events.md#events).
 
 Events are written where they happen, inside the transaction of the change they report,
 so none is lost and none is recorded for a change that was rolled back. Subscriptions

@@ -1,4 +1,4 @@
-"""Declared fields and how JSON values are checked against them (SPEC §3).
+"""Declared fields and how JSON values are checked against them (docs/calling.md).
 
 One `Param` describes an argument of an action or a field of an owner API body: its type,
 whether it is required, its range or choices and a description. `check_fields` checks a JSON

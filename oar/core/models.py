@@ -133,7 +133,7 @@ class Message(BaseModel):
     role = pw.CharField(max_length=12)  # user | assistant | event | schedule | system
     text = pw.TextField()
     created_at = pw.DateTimeField(default=utcnow)
-    # Provenance of a prompt (SPEC §2).
+    # Provenance of a prompt (docs/concepts.md#provenance-and-hop-count).
     from_kind = pw.CharField(default="user", max_length=12)  # user | agent | schedule | event
     from_relay = pw.CharField(null=True, max_length=200)
     from_session = pw.CharField(null=True, max_length=32)
@@ -154,7 +154,7 @@ class Message(BaseModel):
     started_at = pw.DateTimeField(null=True)
     heartbeat_at = pw.DateTimeField(null=True)
     completed_at = pw.DateTimeField(null=True)
-    # The reply was still cut at the output budget after one continuation (SPEC §11).
+    # The reply was still cut at the output budget after one continuation (docs/providers.md#output-budget).
     output_truncated = pw.BooleanField(default=False)
 
     class Meta:
@@ -195,7 +195,7 @@ class Question(BaseModel):
 
 
 class Task(BaseModel):
-    """A background shell command or monitor a session runs (SPEC §2).
+    """A background shell command or monitor a session runs (docs/concepts.md).
 
     Output goes to a file under `<data dir>/tasks/`; a task reported by a provider that
     keeps its output itself may hold only its tail (`output_tail`).
@@ -235,7 +235,7 @@ class Task(BaseModel):
 
 
 class Event(BaseModel):
-    """Something that happened in a session, kept for the delivery engine (SPEC §8.2).
+    """Something that happened in a session, kept for the delivery engine (docs/events.md#events).
 
     Written where it happens, in the same transaction as the change it reports; a delivery
     engine reads them in `seq` order. `payload` holds the event's own fields.
@@ -250,7 +250,7 @@ class Event(BaseModel):
 
 
 class Schedule(BaseModel):
-    """A prompt the relay queues into a conversation later, once or on a grid (SPEC §9).
+    """A prompt the relay queues into a conversation later, once or on a grid (docs/schedules.md#firing).
 
     `due_at` (indexed, UTC) is when the relay must next look at it: its next firing, or the
     next re-check while a firing is held by loop protection; null once it has ended.
@@ -271,7 +271,7 @@ class Schedule(BaseModel):
     cron = pw.CharField(null=True, max_length=200)
     tz = pw.CharField(null=True, max_length=64)
     once = pw.BooleanField(default=False)
-    # The grid's origin: `at`, else the time set plus one interval (SPEC §9).
+    # The grid's origin: `at`, else the time set plus one interval (docs/schedules.md#firing).
     anchor = pw.DateTimeField()
     # Interval length in seconds when set (every_minutes × the minute, SCHEDULE_MINUTE_SECONDS).
     every_seconds = pw.FloatField(null=True)
@@ -297,7 +297,7 @@ class Schedule(BaseModel):
 
 
 class Subscription(BaseModel):
-    """A conversation (the watcher) watching sessions for events (SPEC §8)."""
+    """A conversation (the watcher) watching sessions for events (docs/events.md)."""
 
     id = pw.CharField(primary_key=True, max_length=32)
     watcher = pw.ForeignKeyField(Session, backref="subscriptions", on_delete="CASCADE")
@@ -363,7 +363,7 @@ class HeldEvent(BaseModel):
 
 class ReplyReceipt(BaseModel):
     """A conversation waiting through send / wait for a turn it prompted (own-prompt
-    suppression, SPEC §8.3): `waiting_until` while it waits, `received_at` once it got the reply."""
+    suppression, docs/events.md#own-prompts): `waiting_until` while it waits, `received_at` once it got the reply."""
 
     turn_id = pw.CharField(primary_key=True, max_length=32)
     waiter = pw.CharField(max_length=32)
@@ -372,7 +372,7 @@ class ReplyReceipt(BaseModel):
 
 
 class StallWatch(BaseModel):
-    """A running turn or task as the clock's sweeper last saw it, for `stalled` (SPEC §8.2):
+    """A running turn or task as the clock's sweeper last saw it, for `stalled` (docs/events.md#events):
     since when it has shown no output, and which `stalled_minutes` were reported for that
     quiet spell. Removed once the turn or task no longer runs."""
 
@@ -397,7 +397,7 @@ class Wakeup(BaseModel):
 
 
 class TokenUsage(BaseModel):
-    """Tokens one provider pass used, for the monthly meters and caps of `usage` (SPEC §5.3)."""
+    """Tokens one provider pass used, for the monthly meters and caps of `usage` (docs/sessions.md#usage)."""
 
     id = pw.AutoField()
     provider = pw.CharField(max_length=64)
@@ -414,7 +414,7 @@ class TokenUsage(BaseModel):
 
 class Card(BaseModel):
     """An approval card: a call of a conversation's agent waiting on the owner's Allow or Deny
-    (SPEC §6). `reasons` says why it was asked; `details` what the call will do."""
+    (docs/rules.md#approval-cards). `reasons` says why it was asked; `details` what the call will do."""
 
     id = pw.CharField(primary_key=True, max_length=32)
     session = pw.ForeignKeyField(Session, backref="cards", on_delete="CASCADE")  # the asking conversation
@@ -436,7 +436,7 @@ class Card(BaseModel):
 
 
 class Approval(BaseModel):
-    """An Allow remembered per conversation and relay, across restarts (SPEC §6): the first
+    """An Allow remembered per conversation and relay, across restarts (docs/rules.md#when-a-card-is-asked): the first
     `create_session`, the first watch, changing sessions the conversation did not start."""
 
     id = pw.AutoField()

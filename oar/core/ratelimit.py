@@ -1,4 +1,4 @@
-"""Calls per sliding minute per conversation (SPEC §4).
+"""Calls per sliding minute per conversation (docs/rules.md#rate-limits).
 
 The decision is a pure function of the recent call times and `now`; the times themselves
 live in Redis sorted sets, because they are a short-lived cache, not data: a flushed Redis

@@ -1,4 +1,4 @@
-"""Owner settings: defaults, validation, and storage in the `setting` table (SPEC §16)."""
+"""Owner settings: defaults, validation, and storage in the `setting` table (docs/owner-api.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`python app.py`: a complete relay in one command (SPEC §16).
+"""`python app.py`: a complete relay in one command (docs/operations.md#running-the-relay).
 
 Runs migrations, starts an embedded Redis (unless REDIS_URL is set), one RQ worker
 process group, the clock and the web server (gunicorn with `gunicorn.conf.py`, the same

@@ -1,4 +1,4 @@
-"""Recovering work from the database after crashes, restarts and a flushed Redis (SPEC §13).
+"""Recovering work from the database after crashes, restarts and a flushed Redis (docs/operations.md#durability-and-recovery).
 
 Run by the clock every `RECONCILE_SECONDS` and once at start:
 - a running turn whose heartbeat stopped (its worker died) is marked `failed`, never left

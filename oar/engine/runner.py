@@ -1,4 +1,4 @@
-"""Running turns, inside RQ workers only (SPEC §11, §13).
+"""Running turns, inside RQ workers only (docs/providers.md, docs/operations.md#durability-and-recovery).
 
 `run_turns(session_id)` claims the session's oldest queued prompt with a conditional
 UPDATE (so a session never runs two turns at once, whatever the number of workers), runs
@@ -123,14 +123,14 @@ class TurnWatcher(threading.Thread):
                 if time.monotonic() >= next_heartbeat:
                     Message.update(heartbeat_at=utcnow()).where(Message.id == self.turn_id).execute()
                     next_heartbeat = time.monotonic() + heartbeat_every
-                release_connection()  # not held between checks (SPEC §7: waits hold none)
+                release_connection()  # not held between checks (docs/waiting.md#how-waiting-wakes: waits hold none)
         finally:
             if pubsub is not None:
                 pubsub.close()
             database.close()
 
     def _credit_card_waits(self) -> bool:
-        """Time on approval cards does not count either (SPEC §6); the card may wait in another
+        """Time on approval cards does not count either (docs/rules.md#outcomes); the card may wait in another
         process (an agent's HTTP call), so it is read from the cards. True if the deadline moved."""
         waited = cards.seconds_waited(self.turn_id, utcnow())
         credit = waited - self._card_credit
@@ -184,7 +184,7 @@ def execute(runtime: Runtime, turn: Message) -> None:
     if provider.kind == "external":  # the attached process long-polls for this turn
         external.announce(runtime, session.id)
     model = provider.model_for(turn.model)
-    if model != turn.model:  # a model that no longer belongs to the provider is not sent (SPEC §11)
+    if model != turn.model:  # a model that no longer belongs to the provider is not sent (docs/providers.md)
         Message.update(model=model).where(Message.id == turn.id).execute()
         turn.model = model
     control = TurnControl(call_relay_tool=lambda args: call_relay_tool_as(runtime, session.id, turn.id, args))
@@ -327,7 +327,7 @@ def finish(runtime: Runtime, turn: Message, status: TurnStatus, text: str, error
 
 
 def record_turn_events(turn: Message, status: TurnStatus, text: str, error: str | None, now: Any) -> None:
-    """`turn_end` with the status and the start of the reply; `error` for a failed turn (SPEC §8.2)."""
+    """`turn_end` with the status and the start of the reply; `error` for a failed turn (docs/events.md#events)."""
     events.record(
         turn.session_id, "turn_end",
         {"turnId": turn.id, "status": status, "excerpt": ((error or "") if status == TurnStatus.FAILED else text or "")[:200],

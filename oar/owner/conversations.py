@@ -1,5 +1,5 @@
 """The owner's conversations: starting one, writing as the user, its settings, tokens, archive
-and delete (SPEC §16)."""
+and delete (docs/owner-api.md)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ SESSION_CHANGES = {
     "title": TITLE,
     "mode": MODE,
     "group_id": Param("str", max_length=64, description='a group id, or "none"'),
-    # The Allows remembered for this conversation's agent (SPEC §6), granted ahead or revoked.
+    # The Allows remembered for this conversation's agent (docs/rules.md#when-a-card-is-asked), granted ahead or revoked.
     "approvals": Param("list", description="create_sessions, watch_sessions, change_other_sessions"),
 }
 
@@ -122,7 +122,7 @@ def write_as_user(runtime: Runtime, session_id: str, payload: dict[str, Any]) ->
         message = turns.insert_prompt(session, args["text"], turns.Provenance())
         loop.start_over(session.id)
     turns.start_turns(runtime, session.id)
-    # The loop count starts over, so firings held by loop protection go out now (SPEC §9).
+    # The loop count starts over, so firings held by loop protection go out now (docs/schedules.md#schedules-into-other-sessions).
     schedules.release_held(runtime, session.id, utcnow())
     return message
 

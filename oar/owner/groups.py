@@ -1,4 +1,4 @@
-"""The owner's groups: listing, creating, renaming or moving, and dissolving them (SPEC §5.7)."""
+"""The owner's groups: listing, creating, renaming or moving, and dissolving them (docs/sessions.md#groups)."""
 
 from __future__ import annotations
 

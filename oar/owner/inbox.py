@@ -1,5 +1,5 @@
 """The owner's Inbox: pending approval cards and questions, Allow or Deny, and answers given
-as the owner (SPEC §6, §7)."""
+as the owner (docs/rules.md#approval-cards, docs/waiting.md)."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def decide_card(runtime: Runtime, card_id: str, payload: dict[str, Any]) -> dict
 def decide(runtime: Runtime, card_id: str, decision: str) -> dict[str, Any]:
     """Allow or Deny (`decision` is refused unless "allow" or "deny"); an Allow on the loop
     card starts the count over, so the schedule firings held by loop protection go out now
-    (SPEC §9)."""
+    (docs/schedules.md)."""
     card = cards.decide(runtime, card_id, decision)
     if card["status"] == CardStatus.ALLOWED and "loop" in card["reasons"]:
         schedules.release_held(runtime, card["session"]["id"], utcnow())

@@ -1,4 +1,4 @@
-"""The owner's providers: listing, reading, saving and deleting their configuration (SPEC §16).
+"""The owner's providers: listing, reading, saving and deleting their configuration (docs/owner-api.md).
 
 A provider's API key is write-only: the views say whether one is set, never what it is.
 """

@@ -1,4 +1,4 @@
-"""The owner's schedules: the page's ⏰ list and its Cancel (SPEC §9)."""
+"""The owner's schedules: the page's ⏰ list and its Cancel (docs/schedules.md)."""
 
 from __future__ import annotations
 

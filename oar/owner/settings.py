@@ -1,4 +1,4 @@
-"""The owner's relay settings: reading and changing them (SPEC §16)."""
+"""The owner's relay settings: reading and changing them (docs/owner-api.md)."""
 
 from __future__ import annotations
 

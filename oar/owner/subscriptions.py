@@ -1,4 +1,4 @@
-"""The owner's view of watching: active subscriptions and the page's Unsubscribe (SPEC §8.4)."""
+"""The owner's view of watching: active subscriptions and the page's Unsubscribe (docs/events.md#lifetime)."""
 
 from __future__ import annotations
 

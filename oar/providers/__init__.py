@@ -36,7 +36,7 @@ def from_row(row: ProviderRow) -> Provider:
 
 
 def configured() -> list[Provider]:
-    """Configured providers as pickers list them (SPEC §11): the owner's order, except that
+    """Configured providers as pickers list them (docs/providers.md#configuring-providers): the owner's order, except that
     providers whose last contact failed at the transport level come last (a stable sort)."""
     rows = ProviderRow.select().order_by(ProviderRow.position, ProviderRow.name)
     listed = [from_row(row) for row in rows if row.kind in PROVIDER_KINDS]
@@ -87,5 +87,5 @@ def get(name: str) -> Provider | None:
 
 
 def ensure_builtin() -> None:
-    """The embedded relay always has the offline `echo` provider (SPEC §11)."""
+    """The embedded relay always has the offline `echo` provider (docs/providers.md#echo)."""
     ProviderRow.insert(name="echo", kind="echo", options={}, position=0).on_conflict_ignore().execute()

@@ -1,7 +1,7 @@
 """`anthropic`: the Messages API (`/messages`). A request builder and a pure event parser.
 
 Anthropic has no implicit prefix cache, so the request marks two `cache_control`
-breakpoints: the system block and the last message (SPEC §11).
+breakpoints: the system block and the last message (docs/providers.md).
 """
 
 from __future__ import annotations

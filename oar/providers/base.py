@@ -1,4 +1,4 @@
-"""What a provider is: something that turns one turn into a stream of events (SPEC §11)."""
+"""What a provider is: something that turns one turn into a stream of events (docs/providers.md)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ class TaskEnded:
 
 @dataclass(frozen=True)
 class OutputTruncated:
-    """The reply stopped at the output budget even after a continuation (SPEC §11)."""
+    """The reply stopped at the output budget even after a continuation (docs/providers.md#output-budget)."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class TurnRequest:
     thinking: str = "omit"
     # The agent's own session id from an earlier turn (cli agents resume with it).
     agent_session_id: str | None = None
-    # Connect and between-bytes timeouts for providers that call a server (SPEC §15).
+    # Connect and between-bytes timeouts for providers that call a server (docs/limits.md).
     connect_timeout: float = 10.0
     read_timeout: float = 120.0
     history: Callable[[], list[dict[str, str]]] = list
@@ -138,7 +138,7 @@ class Provider:
     kind = ""
     default_models: tuple[str, ...] = ()
     default_efforts: tuple[str, ...] = ()
-    # Settings a provider honours; others are stored but said to be ignored (SPEC §5.9).
+    # Settings a provider honours; others are stored but said to be ignored (docs/sessions.md#update_session).
     supports_thinking = False
     supports_compact_window = False
     # Billed per token: `usage` shows a monthly meter even without a cap.
@@ -164,7 +164,7 @@ class Provider:
 
     def model_for(self, requested: str | None) -> str | None:
         """The model a turn runs on: the session's while it belongs to this provider (or the
-        provider lists none), else the provider's default (SPEC §11: a model the owner removed,
+        provider lists none), else the provider's default (docs/providers.md: a model the owner removed,
         or one of another provider after a switch, is not sent)."""
         if requested and (not self.models or requested in self.models):
             return requested
@@ -188,7 +188,7 @@ class Provider:
 
     @property
     def base_url(self) -> str:
-        """The API's URL with its version path, without a trailing slash (SPEC §16)."""
+        """The API's URL with its version path, without a trailing slash (docs/owner-api.md#providers)."""
         return str(self.options.get("base_url", "")).rstrip("/")
 
     def missing_configuration(self) -> str | None:

@@ -1,4 +1,4 @@
-"""The billing switch (SPEC §5.6): moving a session between two providers of one family,
+"""The billing switch (docs/sessions.md#send): moving a session between two providers of one family,
 e.g. a subscription-backed one and an API-key one, and refusing sends to a capped provider.
 """
 
@@ -53,7 +53,7 @@ def switch_target(current: Provider, name: str, relay_name: str, nothing: str, n
 
 
 def check_not_capped(provider: Provider, relay_name: str, now: datetime, nothing: str = NOTHING_QUEUED) -> None:
-    """A send without `provider` to a session on a capped provider queues nothing (SPEC §5.6);
+    """A send without `provider` to a session on a capped provider queues nothing (docs/sessions.md#send);
     create_session on one creates nothing."""
     if not is_capped(provider, now):
         return
@@ -82,5 +82,5 @@ def check_not_capped(provider: Provider, relay_name: str, now: datetime, nothing
 
 
 def switch_note(target: Provider) -> str:
-    """The sentence an approval card for the switch shows (SPEC §5.6)."""
+    """The sentence an approval card for the switch shows (docs/sessions.md#send)."""
     return "Switches billing to subscription" if billing_of(target) == "subscription" else "Switches billing to API key"

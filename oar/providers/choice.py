@@ -3,7 +3,7 @@
 `send`, `create_session`, `update_session` and the owner's new conversation all call
 `choose`; it raises the refusals in the order the relay has always checked them (provider,
 billing switch or cap, model, effort), so a refused choice writes and sends nothing, and the
-model is checked before any approval card (SPEC §5.6, §5.8).
+model is checked before any approval card (docs/sessions.md#send, docs/sessions.md#model-checks).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class ProviderPick:
     provider: Provider
     switched: bool = False
     # The configured providers seen while picking for a new session: its model check names
-    # the one other provider that lists a requested id (SPEC §5.8).
+    # the one other provider that lists a requested id (docs/sessions.md#model-checks).
     configured: tuple[Provider, ...] = ()
 
 
@@ -64,7 +64,7 @@ class Choice:
 
     @property
     def card_lines(self) -> tuple[str, ...]:
-        """The lines an approval card adds for the choice (SPEC §5.6)."""
+        """The lines an approval card adds for the choice (docs/sessions.md#send)."""
         return (self.billing_switch,) if self.billing_switch else ()
 
     def reported(self) -> dict[str, Any]:
@@ -92,7 +92,7 @@ def choose(
 
     A new session takes what the caller left out from `like` (the calling conversation) where
     its provider offers it, else the provider's defaults. With `cap_checked_at`, a provider over
-    its monthly cap at that time refuses the choice (an agent's prompt, SPEC §5.6); without it,
+    its monthly cap at that time refuses the choice (an agent's prompt, docs/sessions.md#send); without it,
     caps are not looked at (update_session, the owner). `picked` is a `pick_provider` already
     made by a caller that checks something of the provider before its model.
     """
@@ -156,7 +156,7 @@ def pick_provider(
                 billing.switch_target(current, requested.provider, relay_name, nothing, now), switched=True
             )
         if cap_checked_at is not None:
-            # A capped session's send queues nothing, and says so in those words (SPEC §5.6).
+            # A capped session's send queues nothing, and says so in those words (docs/sessions.md#send).
             billing.check_not_capped(current, relay_name, cap_checked_at, billing.NOTHING_QUEUED)
         return ProviderPick(current)
     configured = tuple(providers.configured())

@@ -1,4 +1,4 @@
-"""`cli`: a command-line agent run once per turn in the session's folder (SPEC §11).
+"""`cli`: a command-line agent run once per turn in the session's folder (docs/providers.md#cli).
 
 The owner configures `command`, an argument list (never a shell line) with placeholders
 `{prompt}`, `{model}`, `{effort}`, `{cwd}`, `{session}` (the relay's session id), and

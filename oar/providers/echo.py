@@ -1,6 +1,6 @@
 """The built-in offline provider: replies `echo: <prompt>` and runs `!` directives.
 
-A real provider of the product for demos and tests (SPEC §11). Directives run in order:
+A real provider of the product for demos and tests (docs/providers.md). Directives run in order:
 `!sleep <s>`, `!stream <n> <ms>`, `!fail <message>`, `!relay <json>`, `!ask <question> |
 <option>…` (an `ask_user` card the turn waits on), and `!task <command>` (a background
 task in the session's cwd, when the owner setting `allow_shell_tasks` is on; the turn goes on).

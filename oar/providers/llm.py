@@ -29,7 +29,7 @@ from oar.providers.base import (
 )
 from oar.providers.sse import ProviderError, SseEvent, StreamRequest, open_stream, redact
 
-# Output budget of every request; there is deliberately no per-session knob (SPEC §11).
+# Output budget of every request; there is deliberately no per-session knob (docs/providers.md#output-budget).
 DEFAULT_MAX_TOKENS = 32_768
 # Model calls one turn may make with relay_tool results before the relay ends the loop.
 MAX_TOOL_ROUNDS = 8

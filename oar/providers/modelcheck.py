@@ -1,4 +1,4 @@
-"""Checking a requested model against its provider's list (SPEC §5.8). Pure functions."""
+"""Checking a requested model against its provider's list (docs/sessions.md#model-checks). Pure functions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`runs`: a Hermes-style agent server's `/v1/runs` protocol (SPEC §11, seed 003).
+"""`runs`: a Hermes-style agent server's `/v1/runs` protocol (docs/providers.md#agent-servers, seed 003).
 
 The server keeps the transcript, so a turn sends only its own prompt and the agent-side
 session id (`session_id`) from the turn before — never the history. The exception is the
@@ -65,7 +65,7 @@ from oar.providers.llm import (
 )
 from oar.providers.sse import ProviderError, SseEvent, StreamRequest, open_stream, redact, request_json
 
-# The most of a conversation's transcript sent as the one-time backfill (SPEC §11).
+# The most of a conversation's transcript sent as the one-time backfill (docs/providers.md#agent-servers).
 BACKFILL_CHARS = 200_000
 BACKFILL_HEADER = (
     "[This conversation began before you joined it. Its transcript so far follows as plain text, "
@@ -454,7 +454,7 @@ class RunsProvider(Provider):
             yield Activity(_short(f"{what} not delivered: {error.message}"))
 
     def _name_session(self, agent_session: str, request: TurnRequest, control: TurnControl) -> None:
-        """Name the server-side session once, after its first successful turn (SPEC §11).
+        """Name the server-side session once, after its first successful turn (docs/providers.md#agent-servers).
 
         Success and any HTTP refusal (a 4xx for a taken title) count as done; only a transport
         failure is remembered and retried after the next successful turn. The request has its

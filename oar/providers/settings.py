@@ -1,4 +1,4 @@
-"""Provider configuration from the owner (SPEC §16): checking it, discovering models, saving it.
+"""Provider configuration from the owner (docs/owner-api.md#providers): checking it, discovering models, saving it.
 
 `api_key` is write-only: it is stored, never returned, logged or quoted in an error. A PUT
 without `api_key` keeps the stored key, since no client can send back what it never sees.
@@ -28,7 +28,7 @@ class HiddenText(str):
         return "'[key hidden]'"
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-# Every kind SPEC §16 names; those not in PROVIDER_KINDS are refused as not available yet.
+# Every kind docs/owner-api.md#providers names; those not in PROVIDER_KINDS are refused as not available yet.
 SPEC_KINDS = ("echo", "chat", "responses", "anthropic", "runs", "cli", "external")
 NEEDS_BASE_URL = ("chat", "responses", "anthropic", "runs")
 MAX_MODELS = 500

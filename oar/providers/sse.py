@@ -1,4 +1,4 @@
-"""The one SSE skeleton every wire protocol shares (SPEC §11, seed 003).
+"""The one SSE skeleton every wire protocol shares (docs/providers.md#wire-protocols, seed 003).
 
 `sse_events` is the framing, a pure function of the bytes received (the WHATWG
 event-stream rules: lines end in CR, LF or CRLF; `data:` lines of one event are joined
@@ -198,7 +198,7 @@ def _send(http: requests.Session, request: StreamRequest, control: TurnControl) 
     """Send the request (its body streamed back); raises ProviderError when no answer came.
 
     Tells `control.note_reachable` whether the server answered at all: a picker lists
-    providers whose last contact failed at the transport level last (SPEC §11).
+    providers whose last contact failed at the transport level last (docs/providers.md).
     """
     try:
         response = http.request(

@@ -75,7 +75,7 @@ def record(provider_name: str, model: str | None, session_id: str, turn_id: str,
 
 
 def status_of(provider: Provider, now: datetime) -> dict[str, Any]:
-    """One provider's entry of the `usage` action (SPEC §5.3)."""
+    """One provider's entry of the `usage` action (docs/sessions.md#usage)."""
     if not is_metered(provider):
         return {"name": provider.name, "status": "untracked", "meters": [], "paused": False}
     if provider.missing_configuration():

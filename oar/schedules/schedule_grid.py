@@ -1,6 +1,6 @@
 """When a schedule fires: pure functions of the schedule's timing, its last due time and `now`.
 
-Times are naive UTC datetimes, as the database stores them. Three kinds of timing (SPEC §9):
+Times are naive UTC datetimes, as the database stores them. Three kinds of timing (docs/schedules.md#firing):
 - `at` alone fires once;
 - `every_minutes` keeps a grid `anchor + k × interval` (the anchor is `at`, else the time
   the schedule was set plus one interval); times missed while the relay was down fire
@@ -101,7 +101,7 @@ def parse_at(text: str, tz: str | None) -> datetime:
 def first_due(
     *, at: datetime | None, every_seconds: float | None, cron: str | None, tz: str | None, now: datetime
 ) -> datetime:
-    """The first due time of a new schedule (SPEC §9): `at`, else one interval from now,
+    """The first due time of a new schedule (docs/schedules.md#firing): `at`, else one interval from now,
     else the first cron time after now."""
     if at is not None:
         return at

@@ -1,4 +1,4 @@
-"""Schedules (SPEC §9): storing them, firing them once each, ending them, showing them.
+"""Schedules (docs/schedules.md#list_schedules): storing them, firing them once each, ending them, showing them.
 
 The database is the truth: a schedule's `due_at` (indexed, UTC) says when the relay must
 look at it next. Two paths fire it and either may win:
@@ -101,7 +101,7 @@ def run_job(runtime: Runtime, schedule_id: str, now_reader: Any) -> str:
 
 
 def header(schedule: Schedule, setter: Session) -> str:
-    """The line every scheduled message starts with (SPEC §9), its middle parts as they apply."""
+    """The line every scheduled message starts with (docs/schedules.md), its middle parts as they apply."""
     parts = [f'[relay schedule {schedule.id} "{schedule.title}"']
     if schedule.every_minutes and not schedule.once:
         parts.append(f"every {schedule.every_minutes} min")
@@ -117,7 +117,7 @@ def fire_due(runtime: Runtime, now: datetime, limit: int = defaults.SCHEDULE_SWE
     """The sweeper: fire (or skip, or hold) every schedule due at `now`, oldest first."""
     outcomes: Counter[str] = Counter()
     if not runtime.settings()["agent_sessions_enabled"]:
-        return outcomes  # nothing fires while agent sessions are off (SPEC §4)
+        return outcomes  # nothing fires while agent sessions are off (docs/rules.md#agent-sessions-on-or-off)
     due = [
         row.id
         for row in Schedule.select(Schedule.id)
@@ -147,7 +147,7 @@ def fire_one(runtime: Runtime, schedule_id: str, now: datetime) -> str:
     if schedule.due_at > now:
         return "early"
     if not runtime.settings()["agent_sessions_enabled"]:
-        # Switched off: nothing fires; the missed time fires once when it is back on (SPEC §4).
+        # Switched off: nothing fires; the missed time fires once when it is back on (docs/rules.md#agent-sessions-on-or-off).
         return "paused"
     claimed_due = schedule.due_at
     started: Message | None = None
@@ -184,7 +184,7 @@ def _fire_claimed(schedule: Schedule, now: datetime, recheck_seconds: float) -> 
     into_other = target.id != setter.id
     if into_other and loop.used_up(setter):
         # Loop protection used up: hold this firing until the owner writes in the setting
-        # conversation (or allows its card); look again every minute (SPEC §9).
+        # conversation (or allows its card); look again every minute (docs/schedules.md).
         recheck = now + timedelta(seconds=recheck_seconds)
         Schedule.update(due_at=recheck, held_since=schedule.held_since or now).where(
             Schedule.id == schedule.id
@@ -217,7 +217,7 @@ def _fire_claimed(schedule: Schedule, now: datetime, recheck_seconds: float) -> 
 
 
 def _skip_reason(schedule: Schedule, target: Session, setter: Session) -> str | None:
-    """No pile-up, and at most 4 sessions at work per conversation (SPEC §4, §9)."""
+    """No pile-up, and at most 4 sessions at work per conversation (docs/rules.md#at-most-4-at-work, docs/schedules.md)."""
     if schedule.last_message_id:
         previous = Message.get_or_none(Message.id == schedule.last_message_id)
         if previous is not None and previous.status == TurnStatus.QUEUED:
@@ -288,7 +288,7 @@ def listed_for(session_id: str | None, now: datetime, ended_listed_seconds: floa
 
 
 def view(schedule: Schedule, viewer_id: str | None = None) -> dict[str, Any]:
-    """A schedule as list_schedules and the owner's page show it (SPEC §9)."""
+    """A schedule as list_schedules and the owner's page show it (docs/schedules.md#list_schedules)."""
     target = Session.get_by_id(schedule.target_id)
     entry: dict[str, Any] = {
         "id": schedule.id,

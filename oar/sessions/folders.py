@@ -1,4 +1,4 @@
-"""Which folders sessions may work in: only under the owner's `allowed_roots` (SPEC §5.9)."""
+"""Which folders sessions may work in: only under the owner's `allowed_roots` (docs/sessions.md#folders)."""
 
 from __future__ import annotations
 

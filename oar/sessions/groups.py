@@ -1,4 +1,4 @@
-"""Session groups (SPEC §5.7, §5.9).
+"""Session groups (docs/sessions.md#groups).
 
 A group has a head session and members. Owner groups keep existing when emptied (the page
 shows `group · empty`); groups created by agents vanish with their last session. A group's

@@ -1,4 +1,4 @@
-"""Rules for agents acting on sessions of this relay (SPEC §4)."""
+"""Rules for agents acting on sessions of this relay (docs/rules.md)."""
 
 from __future__ import annotations
 

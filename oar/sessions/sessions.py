@@ -1,4 +1,4 @@
-"""Sessions: finding them, their state, and how they are shown to agents (SPEC §2, §5.4)."""
+"""Sessions: finding them, their state, and how they are shown to agents (docs/concepts.md#session-state, docs/sessions.md#list_sessions)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A session's state from its turns and tasks: `running_turn`, `background_only` or `idle` (SPEC §2)."""
+"""A session's state from its turns and tasks: `running_turn`, `background_only` or `idle` (docs/concepts.md#session-state)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def background_session_ids(session_ids: Iterable[str]) -> set[str]:
 
 
 def state_of(session: Session, busy: bool, background: bool | None = None) -> SessionState:
-    """`running_turn`, `background_only` (no turn, a task running) or `idle` (SPEC §2)."""
+    """`running_turn`, `background_only` (no turn, a task running) or `idle` (docs/concepts.md#session-state)."""
     if busy:
         return SessionState.RUNNING_TURN
     if background is None:

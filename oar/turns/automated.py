@@ -42,7 +42,7 @@ def post(runtime: Runtime, session_id: str, text: str, *, kind: str, hops: int =
 
 
 def announce_answer(runtime: Runtime, question: Question) -> None:
-    """The `question_answered` relay event for an answered or dismissed `ask` (SPEC §5.12).
+    """The `question_answered` relay event for an answered or dismissed `ask` (docs/sessions.md#ask-list_questions-and-withdraw).
 
     It reaches the asking conversation, and the session the ask was about, at once and
     needing no subscription; a conversation archived meanwhile is simply not told.

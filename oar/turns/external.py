@@ -1,4 +1,4 @@
-"""`external` sessions (SPEC §11): an agent process outside the relay attaches with the
+"""`external` sessions (docs/providers.md#external): an agent process outside the relay attaches with the
 session's agent token, long-polls for its next prompt and posts the reply back.
 
 The turn still runs in an RQ worker like any other (claim, heartbeat, stop, time limit);

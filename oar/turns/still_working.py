@@ -1,4 +1,4 @@
-"""A session that answered but keeps working in the background (SPEC §7).
+"""A session that answered but keeps working in the background (docs/waiting.md#answered-but-still-working).
 
 Such a session reports `done` only once its running tasks have been quiet (no output) for
 `BACKGROUND_QUIET_SECONDS` (10 s), or have ended; until then a waiting call reports

@@ -40,7 +40,7 @@ SCHEDULE_COLUMNS = {"relay": "origin_relay", "model": "origin_model", "hops": "h
 
 @dataclass(frozen=True)
 class Provenance:
-    """Where a prompt came from (SPEC §2): the badge and the hop count it carries."""
+    """Where a prompt came from (docs/concepts.md): the badge and the hop count it carries."""
 
     kind: str = "user"  # user | agent | schedule | event
     relay: str | None = None
@@ -140,7 +140,7 @@ def badge(message: Message) -> dict[str, Any] | None:
 
 
 def clip_reply(text: str, limit: int = defaults.MAX_REPLY_CHARS) -> tuple[str, bool]:
-    """Replies longer than `limit` keep their head and tail (SPEC §7)."""
+    """Replies longer than `limit` keep their head and tail (docs/waiting.md)."""
     if len(text) <= limit:
         return text, False
     half = limit // 2
@@ -171,7 +171,7 @@ def progress(message: Message) -> dict[str, Any]:
 
 
 def result(runtime: Runtime, message: Message) -> dict[str, Any]:
-    """What send / create_session / wait report about a turn (SPEC §7)."""
+    """What send / create_session / wait report about a turn (docs/waiting.md)."""
     entry: dict[str, Any] = {
         "status": message.status,
         "session": message.session_id,
@@ -186,7 +186,7 @@ def result(runtime: Runtime, message: Message) -> dict[str, Any]:
         entry["reply"] = {"text": text, "model": message.model, "messageId": message.reply_id}
         if truncated:
             entry["reply"]["truncated"] = True
-        if message.output_truncated:  # cut at the output budget even after a continuation (SPEC §11)
+        if message.output_truncated:  # cut at the output budget even after a continuation (docs/providers.md#output-budget)
             entry["reply"]["outputTruncated"] = True
     elif message.status == TurnStatus.FAILED:
         entry["error"] = message.error

@@ -1,4 +1,4 @@
-"""Watching sessions (SPEC §8): subscriptions and the delivery engine.
+"""Watching sessions (docs/events.md): subscriptions and the delivery engine.
 
 The database is the truth; events (`oar.core.events`) flow through these modules in order:
 - `subscription_rules`: which sessions a subscription watches and which events it receives;

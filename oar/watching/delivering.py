@@ -1,4 +1,4 @@
-"""Delivering held events (SPEC §8): a watcher's due rows become one automated message.
+"""Delivering held events (docs/events.md): a watcher's due rows become one automated message.
 
 `deliver` claims a watcher's due rows with a conditional UPDATE and writes the message. The
 RQ job of a due time (`workers.delivery.deliver_due`, enqueued by `oar.watching.due_jobs`)
@@ -140,7 +140,7 @@ def deliver(runtime: Runtime, watcher_id: str, now: datetime) -> str:
     """Deliver the watcher's due events as one message: `delivered`, `nothing`, `paused`,
     `dropped` or `lost` (another worker delivered them first)."""
     if not runtime.settings()["agent_sessions_enabled"]:
-        return "paused"  # subscriptions deliver nothing while agent sessions are off (SPEC §4)
+        return "paused"  # subscriptions deliver nothing while agent sessions are off (docs/rules.md#agent-sessions-on-or-off)
     watcher = Session.get_or_none(Session.id == watcher_id)
     if watcher is None or watcher.archived or watcher.deleted:
         HeldEvent.update(dropped=True).where((HeldEvent.watcher == watcher_id) & HeldEvent.delivered_at.is_null()).execute()

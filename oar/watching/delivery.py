@@ -1,4 +1,4 @@
-"""What to deliver to a watcher, and when (SPEC §8.3): pure decisions.
+"""What to deliver to a watcher, and when (docs/events.md#delivery): pure decisions.
 
 Every function here is a function of the subscriptions, the held events and `now`; none
 reads the clock or the database, so windows, the hourly cap, digests and quiet hours are
@@ -38,7 +38,7 @@ URGENT, WINDOW, CAP, DIGEST, QUIET, OWN = "urgent", "window", "cap", "digest", "
 
 @dataclass(frozen=True)
 class Timing:
-    """The engine's time constants (SPEC §15), configurable for tests."""
+    """The engine's time constants (docs/limits.md#time-constants), configurable for tests."""
 
     window_seconds: float = 30
     wakeups_per_hour: int = 20
@@ -141,7 +141,7 @@ def next_due(held: Sequence[Held]) -> datetime | None:
 
 
 def digest_line(count: int, reasons: set[str], digest_subs: Sequence[Rules], quiet: QuietHours | None) -> str | None:
-    """The line that heads a digest or a quiet-hours delivery (SPEC §8.3); None for a plain one.
+    """The line that heads a digest or a quiet-hours delivery (docs/events.md#digests); None for a plain one.
     A one-event digest reads like that event."""
     if QUIET in reasons and quiet is not None:
         events = "1 event" if count == 1 else f"{count} events"
@@ -157,7 +157,7 @@ def digest_line(count: int, reasons: set[str], digest_subs: Sequence[Rules], qui
     return f"Digest of {count} events ({'; '.join(parts)}; questions and errors come at once):"
 
 
-# Heartbeats (SPEC §8.2, §8.3) -------------------------------------------------------------
+# Heartbeats (docs/events.md#events, docs/events.md#delivery) -------------------------------------------------------------
 
 # Quiet windows skipped at most when looking for the next heartbeat outside them.
 HEARTBEAT_SEARCH = 400
@@ -186,7 +186,7 @@ def heartbeat_wanted(due_at: datetime, now: datetime, quiet: QuietHours | None) 
     return due_at <= now and release_time(quiet, now) == now
 
 
-# Stalls (SPEC §8.2: a running turn or task without output for stalled_minutes) ------------
+# Stalls (docs/events.md#events: a running turn or task without output for stalled_minutes) ------------
 
 
 def quiet_since(previous_size: int | None, previous_since: datetime | None, size: int, started_at: datetime,

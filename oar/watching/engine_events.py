@@ -1,4 +1,4 @@
-"""Stalls and heartbeats: the delivery engine's own events (SPEC §8.2), made by the clock's sweeper.
+"""Stalls and heartbeats: the delivery engine's own events (docs/events.md#events), made by the clock's sweeper.
 
 `stalled` is recorded as an event of its session (a running turn or task without output for
 a subscription's `stalled_minutes`); a heartbeat is held straight for its watcher, like
@@ -26,7 +26,7 @@ from oar.watching.holding import Holding
 
 
 def record_stalls(runtime: Runtime, now: datetime) -> int:
-    """`stalled` events (SPEC §8.2): a running turn or task without output for a watching
+    """`stalled` events (docs/events.md#events): a running turn or task without output for a watching
     subscription's `stalled_minutes`, once per value and quiet spell; returns how many.
 
     The sweeper looks at every running turn and task: a turn's output is its reply text and
@@ -96,7 +96,7 @@ HEARTBEAT_NAMED = 10
 
 
 def make_heartbeats(runtime: Runtime, now: datetime) -> int:
-    """Heartbeats that are due (SPEC §8.2): every `heartbeat_minutes` on the grid from the
+    """Heartbeats that are due (docs/events.md#events): every `heartbeat_minutes` on the grid from the
     subscription's creation, one line of the watched sessions' state, held for the watcher
     like any other non-urgent event. None inside quiet hours; a relay that was down sends
     one for all it missed. Returns how many were made."""

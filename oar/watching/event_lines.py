@@ -1,4 +1,4 @@
-"""Event lines: how one event reads in the message delivered to a watcher (SPEC §8.2)."""
+"""Event lines: how one event reads in the message delivered to a watcher (docs/events.md#events)."""
 
 from __future__ import annotations
 

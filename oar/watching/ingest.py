@@ -1,4 +1,4 @@
-"""Ingesting events (SPEC §8): new events, read in `seq` order, become held rows.
+"""Ingesting events (docs/events.md): new events, read in `seq` order, become held rows.
 
 The database is the truth. `ingest` claims a batch by moving the engine's cursor with a
 conditional UPDATE and, in the same transaction, holds the batch for every watcher it

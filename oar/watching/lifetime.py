@@ -1,5 +1,5 @@
 """A subscription's lifetime: its id, its end (unsubscribed, fired, archived, transferred) and
-its transfer to another watcher (SPEC §8.4)."""
+its transfer to another watcher (docs/events.md#lifetime)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Quiet hours (SPEC §8.3): a daily window in the local time of an IANA zone.
+"""Quiet hours (docs/events.md#quiet-hours): a daily window in the local time of an IANA zone.
 
 Pure arithmetic on aware UTC instants; nothing here reads the clock. The window runs from
-`from` to `to` local time and may cross midnight. Clock changes follow the SPEC's rules:
+`from` to `to` local time and may cross midnight. Clock changes follow the documented rules:
 - autumn (a repeated hour): a `to` that occurs twice ends the window at its first pass;
   a `from` that occurs twice starts it at its first pass, and on the second pass the
   minutes before `from` count as outside (the documented known limit);
@@ -28,7 +28,7 @@ def message_zone(tz: str) -> str:
 
 
 class BadQuietHours(ValueError):
-    """The SPEC §8.1 sentence that says what is wrong."""
+    """The docs/events.md#subscriptions sentence that says what is wrong."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The rules of a subscription (SPEC §8): which sessions it watches, which events it receives
+"""The rules of a subscription (docs/events.md): which sessions it watches, which events it receives
 under which name, and the delivery rules (`oar.watching.delivery`) it carries."""
 
 from __future__ import annotations

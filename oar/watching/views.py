@@ -1,4 +1,4 @@
-"""Subscriptions as subscribe, list_subscriptions and the owner's page show them (SPEC §8.4)."""
+"""Subscriptions as subscribe, list_subscriptions and the owner's page show them (docs/events.md#lifetime)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def listed_for(watcher_id: str, now: datetime, ended_listed_seconds: float) -> l
 
 
 def view(subscription: Subscription) -> dict[str, Any]:
-    """A subscription as subscribe and list_subscriptions show it (SPEC §8.4)."""
+    """A subscription as subscribe and list_subscriptions show it (docs/events.md#lifetime)."""
     if subscription.scope == "all":
         sessions: Any = "all"
     else:

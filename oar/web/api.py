@@ -1,4 +1,4 @@
-"""The agents' API: `POST /api/v1/relay_tool` (SPEC §3) and an agent's own background tasks."""
+"""The agents' API: `POST /api/v1/relay_tool` (docs/calling.md) and an agent's own background tasks."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The API of an attached `external` agent process (SPEC §11), with the session's agent token:
+"""The API of an attached `external` agent process (docs/providers.md#external), with the session's agent token:
 
 - `GET /api/v1/external/next?wait_seconds=N` — long-poll for the turn to work on:
   `{turn: {id, text, model, effort, mode, cwd}}`, or `{turn: null}` when none came in time;

@@ -1,4 +1,4 @@
-"""The owner API (SPEC §16): everything a person can do on the page, as JSON.
+"""The owner API (docs/owner-api.md): everything a person can do on the page, as JSON.
 
 Each route reads the request, calls the owner service (`oar.owner`) and answers with its
 result; the service holds the checks and the texts.
@@ -191,7 +191,7 @@ def delete_provider(name: str) -> ResponseReturnValue:
 
 @blueprint.get("/schedules")
 def list_schedules() -> ResponseReturnValue:
-    """Every active schedule, and those ended within the hour (SPEC §9)."""
+    """Every active schedule, and those ended within the hour (docs/schedules.md)."""
     return ok(schedules=schedules.list_schedules(runtime()))
 
 
@@ -213,6 +213,6 @@ def list_subscriptions() -> ResponseReturnValue:
 
 @blueprint.delete("/subscriptions/<subscription_id>")
 def unsubscribe(subscription_id: str) -> ResponseReturnValue:
-    """The page's Unsubscribe: the subscription ends with endReason `unsubscribed` (SPEC §8.4)."""
+    """The page's Unsubscribe: the subscription ends with endReason `unsubscribed` (docs/events.md#lifetime)."""
     ended, row = subscriptions.end_subscription(runtime(), subscription_id)
     return ok(ended=ended, subscription=subscriptions.subscription_view(row))

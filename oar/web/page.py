@@ -1,4 +1,4 @@
-"""The owner's page (SPEC §16 "Page"): sessions, a session, the Inbox and settings, as HTML.
+"""The owner's page (docs/owner-api.md#the-page): sessions, a session, the Inbox and settings, as HTML.
 
 Server-rendered Jinja templates (autoescaped: agent-written text is never marked safe) and
 a little JavaScript that polls `/live/…` about once a second. Every form carries a CSRF
@@ -273,7 +273,7 @@ def may_create(session_id: str) -> ResponseReturnValue:
 
 @blueprint.post("/sessions/<session_id>/approvals")
 def approvals(session_id: str) -> ResponseReturnValue:
-    """The Allows remembered for this conversation's agent, granted ahead or revoked (SPEC §6)."""
+    """The Allows remembered for this conversation's agent, granted ahead or revoked (docs/rules.md#when-a-card-is-asked)."""
     here = url_for("page.session_page", session_id=session_id)
     try:
         conversations.change_session_settings(runtime(), session_id, {"approvals": request.form.getlist("approvals")})

@@ -1,4 +1,4 @@
-"""What the owner's page shows, built from the same code as the owner API (SPEC §16).
+"""What the owner's page shows, built from the same code as the owner API (docs/owner-api.md).
 
 Each page is split into regions (`nav`, `sessions`, `messages`, `cards`, …). A region's
 version is a short digest of what it shows; the page's JavaScript polls the versions about
@@ -27,7 +27,7 @@ from oar.watching import subscription_rules
 # Messages shown on a session page (the newest ones), and sessions on the list.
 MESSAGES_SHOWN = 200
 SESSIONS_SHOWN = 200
-# The Allows the owner can grant a conversation's agent ahead (SPEC §6), as the page names them.
+# The Allows the owner can grant a conversation's agent ahead (docs/rules.md#when-a-card-is-asked), as the page names them.
 APPROVAL_LABELS = {
     "create_sessions": "start sessions on this relay",
     "watch_sessions": "watch sessions",
@@ -54,7 +54,7 @@ def inbox_count() -> int:
 
 
 def tool_lines(activities: list[str] | None) -> list[str]:
-    """`relay_tool send · build-box · 3f9c2a1e` → `🛰️ send · build-box · 3f9c2a1e` (SPEC §16 Page)."""
+    """`relay_tool send · build-box · 3f9c2a1e` → `🛰️ send · build-box · 3f9c2a1e` (docs/owner-api.md#the-page)."""
     lines = []
     for activity in activities or []:
         text = str(activity)

@@ -1,4 +1,4 @@
-"""The bad-input table of answer_question, ask, list_questions and withdraw (SPEC §3, §5.11, §5.12).
+"""The bad-input table of answer_question, ask, list_questions and withdraw (docs/calling.md, docs/sessions.md#answer_question-stop-and-archive, docs/sessions.md#ask-list_questions-and-withdraw).
 
 Cases may point at "<card>" (an ask_user question card a session desk started waits on, its
 options "Yes" and "Wait"), "<ask>" (a pending ask desk made), "<others_ask>" (one `other`

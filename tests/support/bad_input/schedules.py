@@ -1,4 +1,4 @@
-"""The bad-input table of schedule, list_schedules and unschedule (SPEC §3, §9, §14).
+"""The bad-input table of schedule, list_schedules and unschedule (docs/calling.md, docs/schedules.md, docs/errors.md).
 
 A table of its own because these actions take `relay` as optional (= "this"), which the
 session table's relay cases assume is required. Cases may point at "<desks_schedule>" (a

@@ -1,4 +1,4 @@
-"""The bad-input table of the session actions (SPEC §3, §4, §5, §7): list_relays, relay_info,
+"""The bad-input table of the session actions (docs/calling.md, docs/rules.md, docs/calling.md#check-order, docs/waiting.md): list_relays, relay_info,
 usage, list_sessions, read_session, create_session, send, update_session, wait, stop, archive
 and read_task_output, whose `relay` is required."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from tests.support.bad_input.world import INVALID, NOT_FOUND, OWN, REMOVE, Case, spoil
 
-# The actions this table covers (SPEC §5; the ones registered today).
+# The actions this table covers (docs/calling.md#check-order; the ones registered today).
 COVERED = (
     "list_relays", "relay_info", "usage", "list_sessions", "read_session", "create_session", "send",
     "update_session", "wait", "stop", "archive", "read_task_output",
@@ -101,7 +101,7 @@ def _action_cases() -> list[Case]:
     ls, rs, cs, sd, us, wt = "list_sessions", "read_session", "create_session", "send", "update_session", "wait"
     rt = "read_task_output"
     return [
-        # list_sessions (SPEC §5.4): scope, limit 1–100, query, cursor.
+        # list_sessions (docs/sessions.md#list_sessions): scope, limit 1–100, query, cursor.
         case(ls, "scope-unknown", INVALID, {"scope": "everything"}, says="scope must be one of"),
         case(ls, "scope-number", INVALID, {"scope": 1}, says="scope must be"),
         case(ls, "limit-0", INVALID, {"limit": 0}, says="limit must be a whole number from 1 to 100"),
@@ -122,7 +122,7 @@ def _action_cases() -> list[Case]:
         case(ls, "cursor-non-ascii", INVALID, {"cursor": "ünïcödé"}, says="cursor is not one"),
         case(ls, "cursor-number", INVALID, {"cursor": 5}, says="cursor must be text"),
         case(ls, "cursor-too-long", INVALID, {"cursor": "A" * 501}, says="the limit is 500"),
-        # read_session (SPEC §5.4): last 1–50, max_chars 500–50,000, before, include_activity.
+        # read_session (docs/sessions.md#list_sessions): last 1–50, max_chars 500–50,000, before, include_activity.
         case(rs, "last-0", INVALID, {"last": 0}, says="last must be a whole number from 1 to 50"),
         case(rs, "last-51", INVALID, {"last": 51}, says="last must be a whole number from 1 to 50"),
         case(rs, "last-string", INVALID, {"last": "5"}, says="last must be"),
@@ -136,7 +136,7 @@ def _action_cases() -> list[Case]:
         case(rs, "before-message-of-another-session", NOT_FOUND, {"before": "<archived_prompt>"}, says="has no message"),
         case(rs, "before-too-long", INVALID, {"before": "m" * 65}, says="the limit is 64"),
         case(rs, "before-number", INVALID, {"before": 5}, says="before must be text"),
-        # create_session (SPEC §3, §5.7, §5.8).
+        # create_session (docs/calling.md, docs/sessions.md#create_session, docs/sessions.md#model-checks).
         case(cs, "text-missing", INVALID, {"text": REMOVE}, says="create_session needs text"),
         case(cs, "text-empty-string-is-absent", INVALID, {"text": ""}, says="create_session needs text"),
         case(cs, "text-null-is-absent", INVALID, {"text": None}, says="create_session needs text"),
@@ -178,7 +178,7 @@ def _action_cases() -> list[Case]:
         case(cs, "title-number", INVALID, {"title": 5}, says="title must be text"),
         case(cs, "by-an-agent-started-session", "REMOTE_RELAY_NESTED_SESSION", {},
              says="A session that an agent created cannot create sessions.", caller="nested"),
-        # send (SPEC §5.6, §7).
+        # send (docs/sessions.md#send, docs/waiting.md).
         case(sd, "text-missing", INVALID, {"text": REMOVE}, says="send needs text"),
         case(sd, "text-empty-string-is-absent", INVALID, {"text": ""}, says="send needs text"),
         case(sd, "text-object", INVALID, {"text": {"a": 1}}, says="text must be text"),
@@ -193,7 +193,7 @@ def _action_cases() -> list[Case]:
         case(sd, "model-unknown", "REMOTE_RELAY_UNKNOWN_MODEL", {"model": "gpt-9"}, says="Unknown model 'gpt-9'"),
         case(sd, "effort-unknown", INVALID, {"effort": "extreme"}, says="Unknown effort 'extreme'"),
         case(sd, "session-archived", NOT_FOUND, {"session": "<archived>"}, says="is archived. Nothing was sent."),
-        # update_session (SPEC §3, §4, §5.9).
+        # update_session (docs/calling.md, docs/rules.md, docs/sessions.md#update_session).
         case(us, "no-setting", INVALID, {"title": REMOVE}, says="at least one setting"),
         case(us, "only-empty-settings", INVALID,
              {"title": "", "model": None, "effort": [], "group": {}, "mode": ""}, says="at least one setting"),
@@ -229,7 +229,7 @@ def _action_cases() -> list[Case]:
         case(us, "valid-title-with-bad-window", INVALID, {"auto_compact_window": "huge", "thinking_enabled": True},
              says="auto_compact_window"),
         case(us, "valid-title-with-bad-folder", INVALID, {"cwd": "/etc", "mode": "plan"}, says="may not use folder"),
-        # wait (SPEC §5.10, §7).
+        # wait (docs/waiting.md#the-wait-action, docs/waiting.md).
         case(wt, "message_id-missing", INVALID, {"message_id": REMOVE}, says="wait needs message_id"),
         case(wt, "message_id-empty-string-is-absent", INVALID, {"message_id": ""}, says="wait needs message_id"),
         case(wt, "message_id-number", INVALID, {"message_id": 7}, says="message_id must be text"),
@@ -241,7 +241,7 @@ def _action_cases() -> list[Case]:
         case(wt, "message_id-of-a-reply", NOT_FOUND, {"message_id": "<reply>"}, says="has no prompt with message_id"),
         case(wt, "wait_seconds-negative", INVALID, {"wait_seconds": -1}, says="wait_seconds must be"),
         case(wt, "wait_seconds-string", INVALID, {"wait_seconds": "soon"}, says="wait_seconds must be"),
-        # read_task_output (SPEC §5.5): task_id, lines 1–500, readable for an hour after the end.
+        # read_task_output (docs/tasks.md#read_task_output): task_id, lines 1–500, readable for an hour after the end.
         case(rt, "task_id-missing", INVALID, {"task_id": REMOVE}, says="read_task_output needs task_id"),
         case(rt, "task_id-number", INVALID, {"task_id": 5}, says="task_id must be text"),
         case(rt, "task_id-too-long", INVALID, {"task_id": "t" * 65}, says="the limit is 64"),

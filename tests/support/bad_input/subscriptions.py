@@ -1,5 +1,5 @@
 """The bad-input table of subscribe, unsubscribe, list_subscriptions and transfer_subscriptions
-(SPEC §3, §8.1, §14). A table of its own because these actions take `relay` as optional (= "this")."""
+(docs/calling.md, docs/events.md#subscriptions, docs/errors.md). A table of its own because these actions take `relay` as optional (= "this")."""
 
 from __future__ import annotations
 

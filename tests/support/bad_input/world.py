@@ -1,4 +1,4 @@
-"""The world every bad-input case runs in, the case shape, and the SPEC failure-shape check."""
+"""The world every bad-input case runs in, the case shape, and the check of the failure shape (docs/calling.md)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from tests.support.clients import Agent
 from tests.support.relays import Relay
 from tests.support.snapshots import snapshot
 
-# SPEC §14: the HTTP status of each code these tests expect. Written out here on purpose,
-# so that the tests check oar.errors against the SPEC rather than against itself.
+# docs/errors.md: the HTTP status of each code these tests expect. Written out here on purpose,
+# so that the tests check oar.errors against docs/errors.md rather than against itself.
 SPEC_STATUS = {
     "REMOTE_RELAY_INVALID_INPUT": 400,
     "REMOTE_RELAY_UNKNOWN_ACTION": 400,
@@ -39,7 +39,7 @@ OWN = "REMOTE_RELAY_OWN_SESSION"
 UNKNOWN_RELAY = "REMOTE_RELAY_UNKNOWN"
 FORBIDDEN = "REMOTE_RELAY_FORBIDDEN"
 
-# What every refusal of a write action ends with (SPEC §3).
+# What every refusal of a write action ends with (docs/calling.md).
 NOTHING = {
     "send": "Nothing was sent.",
     "create_session": "Nothing was created.",
@@ -201,7 +201,7 @@ def assert_case_refused(world: World, case: Case) -> None:
 def assert_refused(
     status: int, body: Any, code: str, *, ends: str | None = None, says: str = "", exact: str = ""
 ) -> None:
-    """The SPEC §3 failure shape: ok false, a §14 code with its status, and a sentence."""
+    """The failure shape (docs/calling.md): ok false, a code of docs/errors.md with its status, and a sentence."""
     assert isinstance(body, dict), body
     assert body["ok"] is False, body
     assert body["code"] == code, body
