@@ -224,7 +224,8 @@ class CliProvider(Provider):
             reader.start()
         parser = CliLineParser()
         failure: str | None = None
-        assert process.stdout is not None
+        if process.stdout is None:
+            raise RuntimeError("the agent's process has no output pipe")  # started with stdout=PIPE
         for line in process.stdout:
             for event in parser.feed(line):
                 if isinstance(event, CliFailure):

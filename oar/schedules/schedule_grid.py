@@ -130,7 +130,8 @@ def next_due(timing: Timing, last_due: datetime, now: datetime) -> datetime | No
         while due <= after:  # float rounding at the boundary
             due += timedelta(seconds=interval)
         return due
-    assert timing.cron is not None
+    if timing.cron is None:
+        raise ValueError("a schedule's timing needs every_seconds or cron")
     return next_cron_time(timing.cron, timing.tz or "UTC", after)
 
 

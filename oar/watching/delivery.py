@@ -111,7 +111,8 @@ def due_for(
             due, reason = released, QUIET
         if best is None or due < best[0]:
             best = (due, reason, rules.id)
-    assert best is not None
+    if best is None:
+        raise ValueError("due_time needs at least one subscription")
     return best
 
 
