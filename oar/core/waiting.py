@@ -11,8 +11,10 @@ at most one re-check period, never data.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -31,6 +33,35 @@ class Look(Generic[T]):
     value: T
     settled: bool = False
     again_within: float | None = None
+
+
+@dataclass(frozen=True)
+class CallerWatch:
+    """What the caller of a waiting call offers while it waits, set around the call with
+    `watched_by`: every wait in that thread calls `pulse` at least every `every_seconds` (an
+    MCP progress notification keeps the client's timeout from running out) and asks `gone`
+    whether the caller went away (its connection closed, its request cancelled)."""
+
+    pulse: Callable[[], None] = lambda: None
+    gone: Callable[[], bool] = lambda: False
+    every_seconds: float = 5.0
+
+
+class CallerGone(Exception):
+    """The caller stopped waiting: nobody will read what the wait would return."""
+
+
+_caller_watch: ContextVar[CallerWatch | None] = ContextVar("oar_caller_watch", default=None)
+
+
+@contextlib.contextmanager
+def watched_by(watch: CallerWatch) -> Iterator[None]:
+    """Waits made in this block (this thread) report to `watch`."""
+    token = _caller_watch.set(watch)
+    try:
+        yield
+    finally:
+        _caller_watch.reset(token)
 
 
 def settled(value: T) -> Look[T]:
@@ -56,11 +87,15 @@ def wait_on_signals(
     once; without one it looks again every `recheck_seconds`. The wake-up is cleared before
     each look, so a signal sent while it looks is not missed.
 
+    Inside `watched_by`, it pulses the caller's watch between looks and raises `CallerGone`
+    once the caller went away.
+
     While it sleeps it holds no database connection (given back through
     `released_connection`, unless the caller holds a transaction), no transaction, no lock
     and no Redis connection of its own (the process's one `WakeHub` listener wakes it).
     """
     deadline = None if seconds is None else time.monotonic() + seconds
+    watch = _caller_watch.get()
     with runtime.hub.watch(*channels) as woken:
         while True:
             woken.clear()
@@ -75,5 +110,10 @@ def wait_on_signals(
                 sleep = min(sleep, remaining)
             if found.again_within is not None:
                 sleep = min(sleep, found.again_within)
+            if watch is not None:
+                if watch.gone():
+                    raise CallerGone()
+                watch.pulse()
+                sleep = min(sleep, watch.every_seconds)
             with released_connection():
                 woken.wait(max(sleep, 0.0))
