@@ -14,7 +14,7 @@ from oar.actions.catalog import load_actions
 from oar.approvals.cards import DECLARED_REASONS, REMEMBERED, Request, reasons_for, seconds_waited
 from oar.core.models import Card, Message, Session
 from oar.core.timeutil import utcnow
-from tests.support.clients import Agent, poll
+from tests.support.clients import Agent, denied_by_owner, poll
 from tests.support.conversations import decide, pending_card, relay_line, write
 from tests.support.relays import FAST_TIMES, Relay, own_relay
 from tests.support.snapshots import snapshot
@@ -72,12 +72,16 @@ def test_deny_refuses_the_call_and_creates_nothing(relay: Relay, ops: Agent, des
     assert relay.owner.get(f"/api/v1/owner/sessions/{ops.session_id}")["session"]["approvals"] == []
 
 
-def test_without_a_live_turn_the_call_fails_closed(relay: Relay, ops: Agent) -> None:
+def test_without_a_relay_run_turn_the_waiting_call_shows_the_card(relay: Relay, ops: Agent) -> None:
+    # An HTTP caller's waiting call is its live turn (tests/test_waiting_cards.py); Deny refuses it, nothing changed.
     before = snapshot(relay)
-    refused = ops.refused("create_session", "REMOTE_RELAY_NO_ACTIVE_TURN", relay="this", text="x")
-    assert "has no running turn to show the card in" in refused["error"]
-    assert refused["error"].endswith("Nothing was created.")
-    assert snapshot(relay) == before
+    card, refused = denied_by_owner(relay.owner, ops, "create_session", relay="this", text="x")
+    assert card["reason"] == "create_sessions" and card["stoppedWaiting"] is False
+    assert refused["error"] == f"The owner denied create_session (card {card['id']}). Nothing was created."
+    assert Card.get_by_id(card["id"]).turn_id is None
+    after = snapshot(relay)
+    assert after["counts"]["Card"] == before["counts"]["Card"] + 1
+    assert {key: after[key] for key in ("sessions", "settings")} == {key: before[key] for key in ("sessions", "settings")}
 
 
 WRITES = [
@@ -111,14 +115,14 @@ def test_in_ask_and_plan_mode_every_write_needs_a_card(relay: Relay, desk: Agent
 
     def steady() -> dict[str, Any]:  # without the rows the waiting turn's heartbeat keeps changing
         taken = snapshot(relay)
+        taken["counts"].pop("Card")  # each write asks its card (and the owner denies it)
         return {key: taken[key] for key in ("counts", "settings", "groups", "sessions")}
 
     before = steady()
     for name, args in WRITES:
         filled = {k: ([refs.get(x, x) for x in v] if isinstance(v, list) else refs.get(v, v)) for k, v in args.items()}
-        refused = desk.refused(name, "REMOTE_RELAY_NO_ACTIVE_TURN", relay="this", **filled)
-        why = "moving subscriptions always needs it" if name == "transfer_subscriptions" else "ask or plan mode"
-        assert why in refused["error"], (name, refused)
+        card, _refused = denied_by_owner(relay.owner, desk, name, relay="this", **filled)
+        assert card["reason"] == ("transfer" if name == "transfer_subscriptions" else "mode"), (name, card)
     assert steady() == before
     # Reads need no card.
     assert desk.ok("list_sessions", relay="this")["sessions"]
@@ -197,7 +201,8 @@ def test_the_31st_agent_prompt_asks_to_keep_going(relay: Relay, ops: Agent, desk
     relay.owner.patch(f"/api/v1/owner/sessions/{ops.session_id}", {"approvals": ["create_sessions"]})
     for _ in range(30):
         ops.ok("send", relay="this", session=target.session_id, text="ping", wait_seconds=0)
-    ops.refused("send", "REMOTE_RELAY_NO_ACTIVE_TURN", relay="this", session=target.session_id, text="31st")
+    card, _refused = denied_by_owner(relay.owner, ops, "send", relay="this", session=target.session_id, text="31st")
+    assert card["reason"] == "loop"
     # A prompt from another agent starts a turn in ops without resetting its count.
     prompt = desk.ok("send", relay="this", session=ops.session_id, wait_seconds=0, text=relay_line(
         {"action": "send", "relay": "this", "session": target.session_id, "text": "31st", "wait_seconds": 0}

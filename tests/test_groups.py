@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tests.support.clients import Agent
+from tests.support.clients import Agent, denied_by_owner
 from tests.support.relays import Relay
 
 
@@ -255,8 +255,8 @@ def test_the_head_hands_over_when_it_leaves(relay: Relay, desk: Agent) -> None:
 def test_update_session_group_of_a_session_the_caller_did_not_start_needs_the_owner(relay: Relay) -> None:
     release = owner_group(relay, "Release 2.4")
     theirs = owner_session(relay, "theirs")
-    caller = relay.conversation("caller", approvals=())  # no Allow yet, and no turn to ask in
-    body = caller.refused("update_session", "REMOTE_RELAY_NO_ACTIVE_TURN", relay="this", session=theirs, group=release["id"])
+    caller = relay.conversation("caller", approvals=())  # no Allow yet: its waiting call asks, the owner denies
+    body = denied_by_owner(relay.owner, caller, "update_session", relay="this", session=theirs, group=release["id"])[1]
     assert body["error"].endswith("Nothing was changed.")
     assert group_of(caller, theirs) is None
     assert next(g for g in owner_groups(relay) if g["id"] == release["id"])["memberCount"] == 0

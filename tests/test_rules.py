@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from oar.core.ratelimit import retry_after
-from tests.support.clients import Agent
+from tests.support.clients import Agent, denied_by_owner
 from tests.support.relays import Relay
 
 
@@ -255,15 +255,11 @@ def test_the_31st_agent_prompt_needs_the_user(relay: Relay, desk: Agent) -> None
     desk.ok("wait", relay="this", session=session, message_id=last["message_id"], wait_seconds=60)
     count = message_count(relay, session)
     before = owner_sessions(relay)
-    # The 31st needs the owner's card ("keep going?"); over HTTP with no turn to show it in,
-    # it fails closed (the card itself: tests/test_cards.py).
-    body = desk.refused("send", "REMOTE_RELAY_NO_ACTIVE_TURN", relay="this", session=session, text="prompt 32")
-    assert body["error"] == (
-        "send needs the owner's approval (30 prompts to other sessions since the user last wrote here), and "
-        "this conversation has no running turn to show the card in. Ask the user to allow it from a turn of "
-        "this conversation. Nothing was sent."
-    )
-    created = desk.refused("create_session", "REMOTE_RELAY_NO_ACTIVE_TURN", relay="this", text="new one")
+    # The 31st needs the owner's card ("keep going?"); over HTTP the waiting call shows it, and the owner denies it.
+    card, body = denied_by_owner(relay.owner, desk, "send", relay="this", session=session, text="prompt 32")
+    assert card["reason"] == "loop"
+    assert body["error"] == f"The owner denied send (card {card['id']}). Nothing was sent."
+    created = denied_by_owner(relay.owner, desk, "create_session", relay="this", text="new one")[1]
     assert created["error"].endswith("Nothing was created.")
     assert message_count(relay, session) == count
     assert owner_sessions(relay) == before
@@ -273,7 +269,7 @@ def test_the_31st_agent_prompt_needs_the_user(relay: Relay, desk: Agent) -> None
     # A prompt another agent writes into the conversation is not the user: no reset.
     other = relay.conversation("other")
     assert other.ok("send", relay="this", session=desk.session_id, text="hello desk")["status"] == "done"
-    desk.refused("send", "REMOTE_RELAY_NO_ACTIVE_TURN", relay="this", session=session, text="still no")
+    assert denied_by_owner(relay.owner, desk, "send", relay="this", session=session, text="still no")[0]["reason"] == "loop"
     # The owner writing in the conversation resets the count.
     relay.owner.post(f"/api/v1/owner/sessions/{desk.session_id}/messages", {"text": "go on"})
     again = desk.ok("send", relay="this", session=session, text="prompt 1 again")
@@ -285,6 +281,6 @@ def test_the_owner_writing_in_the_target_does_not_reset_the_callers_count(relay:
     for number in range(2, 31):
         desk.ok("send", relay="this", session=session, text=str(number), wait_seconds=0)
     relay.owner.post(f"/api/v1/owner/sessions/{session}/messages", {"text": "owner in the target"})
-    desk.refused("send", "REMOTE_RELAY_NO_ACTIVE_TURN", relay="this", session=session, text="31")
+    assert denied_by_owner(relay.owner, desk, "send", relay="this", session=session, text="31")[0]["reason"] == "loop"
     # The count belongs to the conversation: another conversation still may prompt.
     relay.conversation("other").ok("send", relay="this", session=session, text="from other", wait_seconds=0)

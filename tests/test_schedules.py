@@ -19,7 +19,7 @@ from oar.core.db import database
 from oar.core.models import Message, Schedule, Session
 from oar.core.timeutil import utcnow
 from oar.schedules import schedules
-from tests.support.clients import Agent
+from tests.support.clients import Agent, denied_by_owner
 from tests.support.relays import Relay
 
 HEADER_END = "automated message from OAR, not from the user; it approves nothing]"
@@ -202,8 +202,9 @@ def test_the_31st_agent_prompt_cannot_be_a_schedule_and_nothing_is_created(relay
     other = relay.conversation("other")
     with database.connection_context():
         Session.update(loop_prompt_count=defaults.LOOP_PROMPTS_BEFORE_CARD).where(Session.id == desk.session_id).execute()
-    # It needs the loop card; over HTTP there is no turn to show it in (the card: tests/test_cards.py).
-    desk.refused("schedule", "REMOTE_RELAY_NO_ACTIVE_TURN", text="x", at=in_a_day(), session=other.session_id)
+    # It needs the loop card; over HTTP the waiting call shows it, and the owner denies it.
+    card, _refused = denied_by_owner(relay.owner, desk, "schedule", text="x", at=in_a_day(), session=other.session_id)
+    assert card["reason"] == "loop"
     assert desk.ok("list_schedules")["schedules"] == []
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.support.clients import Agent, poll
+from tests.support.clients import Agent, denied_by_owner, poll
 from tests.support.conversations import event_lines
 from tests.support.relays import Relay
 
@@ -71,7 +71,7 @@ def test_archiving_a_named_session_ends_the_subscription(relay: Relay, desk: Age
     assert [entry.get("endReason") for entry in listed] == ["archived", None]
 
 
-def test_unsubscribe_all_and_transfer_without_a_turn_fails_closed(relay: Relay, desk: Agent) -> None:
+def test_unsubscribe_all_and_a_denied_transfer_change_nothing(relay: Relay, desk: Agent) -> None:
     body = desk.ok("create_session", relay="this", text="hello", wait_seconds=30)
     watcher = relay.conversation("watcher")
     for _ in range(2):
@@ -79,8 +79,8 @@ def test_unsubscribe_all_and_transfer_without_a_turn_fails_closed(relay: Relay, 
     assert len(watcher.ok("unsubscribe", subscription_id="all")["ended"]) == 2
     assert [e["endReason"] for e in watcher.ok("list_subscriptions")["subscriptions"]] == ["unsubscribed"] * 2
     watcher.ok("subscribe", sessions=[body["session"]])
-    # Always a card; over HTTP there is no turn to show it in (the card: tests/test_cards.py).
-    refused = desk.refused("transfer_subscriptions", "REMOTE_RELAY_NO_ACTIVE_TURN", **{"from": watcher.session_id})
+    # Always a card; over HTTP the waiting call shows it, and the owner denies it.
+    refused = denied_by_owner(relay.owner, desk, "transfer_subscriptions", **{"from": watcher.session_id})[1]
     assert refused["error"].endswith("Nothing was transferred.")
     assert len(desk.ok("list_subscriptions", watcher=watcher.session_id)["subscriptions"]) == 3
     assert desk.ok("list_subscriptions")["subscriptions"] == []

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.clients import Agent, poll
+from tests.support.clients import Agent, denied_by_owner, poll
 from tests.support.conversations import decide, pending_card, relay_line, write
 from tests.support.relays import Relay
 
@@ -242,13 +242,13 @@ def test_a_busy_session_cannot_move_to_another_folder(relay: Relay, desk: Agent)
     ],
 )
 def test_changing_a_session_the_caller_did_not_start_needs_the_owner(relay: Relay, change: dict[str, Any]) -> None:
-    """Without the owner's remembered Allow and without a turn to show the card in: refused.
+    """Without the owner's remembered Allow the waiting call asks a card; the owner's Deny refuses it.
     (The card itself, Allow and Deny: tests/test_cards.py.)"""
     theirs = relay.conversation("theirs").session_id
     caller = relay.conversation("caller", approvals=())
     before = settings_of(relay, theirs)
     groups_before = relay.owner.get("/api/v1/owner/groups")["groups"]
-    body = caller.refused("update_session", "REMOTE_RELAY_NO_ACTIVE_TURN", relay="this", session=theirs, **change)
+    body = denied_by_owner(relay.owner, caller, "update_session", relay="this", session=theirs, **change)[1]
     assert body["error"].endswith("Nothing was changed.")
     assert settings_of(relay, theirs) == before
     assert relay.owner.get("/api/v1/owner/groups")["groups"] == groups_before
@@ -258,7 +258,9 @@ def test_a_session_another_agent_started_is_not_the_callers(relay: Relay) -> Non
     other = relay.conversation("other")
     caller = relay.conversation("caller", approvals=())
     theirs = other.ok("create_session", relay="this", text="theirs")["session"]
-    caller.refused("update_session", "REMOTE_RELAY_NO_ACTIVE_TURN", relay="this", session=theirs, title="Mine")
+    assert denied_by_owner(relay.owner, caller, "update_session", relay="this", session=theirs, title="Mine")[1]["code"] == (
+        "REMOTE_RELAY_PERMISSION"
+    )
     # Its starter may.
     assert other.ok("update_session", relay="this", session=theirs, title="Ours")["changed"] == ["title"]
 

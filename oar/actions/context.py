@@ -11,6 +11,9 @@ from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
 from oar.turns.turns import Provenance
 
+# The ways in whose calls a caller waits on the answer.
+WAITING_CALLS = ("http", "mcp")
+
 
 @dataclass(frozen=True)
 class Caller:
@@ -80,6 +83,12 @@ class CallContext:
     @property
     def relay_name(self) -> str:
         return self.settings["relay_name"]
+
+    @property
+    def can_wait(self) -> bool:
+        """Someone waits on this call's answer (an HTTP or MCP request), so with no turn of the
+        conversation to show a card in, the waiting call is its live turn (docs/rules.md#where-a-card-waits)."""
+        return self.via in WAITING_CALLS
 
     def hops(self) -> int:
         """Relay crossings behind the caller's current turn (0 for the owner's prompts)."""

@@ -20,6 +20,7 @@ from oar.actions.context import CallContext
 from oar.actions.targets import Target, ThisRelay, resolve_target
 from oar.core.errors import ActionError, invalid
 from oar.core.fields import unstorable_text
+from oar.core.waiting import CallerGone
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,12 @@ def dispatch(ctx: CallContext, payload: Any) -> tuple[int, dict[str, Any]]:
         return 200, _run(ctx, payload)
     except ActionError as error:
         return error.status, error.to_dict()
+    except CallerGone:  # nobody reads this answer; what the call started goes on
+        gone = ActionError(
+            "REMOTE_RELAY_CALLER_GONE", "The caller stopped waiting; what the call started goes on (call wait to see it)."
+        )
+        log.info("relay_tool %s: the caller stopped waiting", payload.get("action") if isinstance(payload, dict) else None)
+        return gone.status, gone.to_dict()
     except Exception:
         reference = secrets.token_hex(4)
         action_name = payload.get("action") if isinstance(payload, dict) else None

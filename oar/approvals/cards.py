@@ -8,10 +8,16 @@ across restarts, as `Approval` rows), `transfer_subscriptions` always. Two reaso
 from the call itself: every write while the conversation is in `ask` or `plan` mode, and the
 31st agent-to-agent prompt (`Request.counted`; loop protection, docs/rules.md#loop-protection, `oar.approvals.loop`).
 
-The card is shown in the calling conversation's live turn; with none, the call fails closed
-(`REMOTE_RELAY_NO_ACTIVE_TURN`). The call then blocks — holding no database connection —
-until the owner decides, the turn ends or the card expires. Each handler asks for its card
-after its own checks and before it writes, so a refused call changes nothing.
+The card is shown in the calling conversation's live turn (docs/rules.md#where-a-card-waits): the
+turn the relay runs for it, or, for a caller whose turns the relay does not run (an HTTP agent, a
+script, an MCP client), the waiting call itself — a card with no turn, whose waiting call renews a
+lease (`waiter_until`) so that the clock can tell a live wait from a dead process. A call that
+cannot wait fails closed (`REMOTE_RELAY_NO_ACTIVE_TURN`). The call then blocks — holding no
+database connection — until the owner decides, the turn ends, the caller goes away or the card
+expires. A caller going away does nothing: a card with a remembered Allow stays pending, marked
+`stoppedWaiting`, so that its Allow lets the agent's next such call through; others are withdrawn.
+Each handler asks for its card after its own checks and before it writes, so a refused call
+changes nothing.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from oar.core.runtime import Runtime
 from oar.core.signals import publish
 from oar.core.statuses import LIVE_TURN, CardStatus
 from oar.core.timeutil import iso, utcnow
-from oar.core.waiting import Look, not_yet, settled, wait_on_signals
+from oar.core.waiting import CallerGone, Look, not_yet, settled, wait_on_signals
 
 # The Allows remembered per conversation and relay.
 REMEMBERED = ("create_sessions", "watch_sessions", "change_other_sessions")
@@ -55,6 +61,10 @@ class Asker(Protocol):
     @property
     def approval(self) -> tuple[str, ...]:
         """The approval reasons the running action declares."""
+        ...
+    @property
+    def can_wait(self) -> bool:
+        """Whether someone waits on this call's answer, so it can be its own live turn."""
         ...
 
 
@@ -101,15 +111,14 @@ def approve(ctx: Asker, request: Request) -> None:
     if not reasons:
         return
     turn = live_turn(ctx)
-    if turn is None:
+    if turn is None and not ctx.can_wait:
         raise ActionError(
             "REMOTE_RELAY_NO_ACTIVE_TURN",
-            f"{request.action} needs the owner's approval ({why(reasons[0])}), and this conversation has no "
-            "running turn to show the card in. Ask the user to allow it from a turn of this conversation. "
-            f"{request.nothing}".strip(),
+            f"{request.action} needs the owner's approval ({why(reasons[0])}), and nobody waits on this call for "
+            f"the owner's answer. {request.nothing}".strip(),
         )
     card = _create(ctx, caller, turn, request, reasons)
-    outcome = _await(ctx.runtime, card.id, turn.id)
+    outcome = _await(ctx.runtime, card.id, turn.id if turn is not None else None)
     if outcome == CardStatus.ALLOWED:
         return
     raise _refusal(card, outcome, request)
@@ -146,7 +155,7 @@ def _grant(session_id: str, relay: str, kinds: set[str] | list[str], card_id: st
         Approval.insert_many(rows).on_conflict_ignore().execute()
 
 
-def _create(ctx: Asker, caller: Session, turn: Message, request: Request, reasons: list[str]) -> Card:
+def _create(ctx: Asker, caller: Session, turn: Message | None, request: Request, reasons: list[str]) -> Card:
     now = utcnow()
     lines = [line for line in (_settings_line(request), *request.lines) if line]
     lines += [_also(reason) for reason in reasons[1:]]
@@ -156,7 +165,9 @@ def _create(ctx: Asker, caller: Session, turn: Message, request: Request, reason
     target = request.target
     with write_transaction():
         card = Card.create(
-            id=ids.prefixed_id("card"), session=caller.id, turn_id=turn.id, action=request.action,
+            id=ids.prefixed_id("card"), session=caller.id, turn_id=turn.id if turn is not None else None,
+            waiter_until=None if turn is not None else now + timedelta(seconds=ctx.runtime.time("CARD_WAITER_LEASE_SECONDS")),
+            action=request.action,
             relay=ctx.relay_name, target_id=target.id if target else None, reasons=reasons,
             text=_sentence(reasons[0], ctx.relay_name, caller, request),
             details={"lines": lines, "excerpt": excerpt, "targetTitle": target.title if target else None},
@@ -166,30 +177,63 @@ def _create(ctx: Asker, caller: Session, turn: Message, request: Request, reason
     return card
 
 
-def _await(runtime: Runtime, card_id: str, turn_id: str) -> str:
-    """Block until the card is decided, its turn ends, or it expires; returns its final status."""
+# What `_await` answers when the caller went away before a decision: the card stays pending for
+# its remembered Allow (`stoppedWaiting`), or it was withdrawn.
+STOPPED_WAITING = "stopped_waiting"
+
+
+def _await(runtime: Runtime, card_id: str, turn_id: str | None) -> str:
+    """Block until the card is decided, its turn ends (or, with no turn, its caller goes away), or it
+    expires; returns its final status (or STOPPED_WAITING)."""
     namespace = runtime.config.namespace
+    lease = runtime.time("CARD_WAITER_LEASE_SECONDS")
 
     def look() -> Look[str]:
         card = Card.get_by_id(card_id)
-        turn = Message.get_or_none(Message.id == turn_id)
+        turn = Message.get_or_none(Message.id == turn_id) if turn_id is not None else None
         release_connection()
         if card.status != CardStatus.PENDING:
             return settled(card.status)
         now = utcnow()
-        if turn is None or turn.stop_requested or turn.status not in LIVE_TURN:
+        if turn_id is not None and (turn is None or turn.stop_requested or turn.status not in LIVE_TURN):
             _end(card_id, CardStatus.WITHDRAWN, now)
             return not_yet(card.status, again_within=0)
         if now >= card.expires_at:
             _end(card_id, CardStatus.EXPIRED, now)
             return not_yet(card.status, again_within=0)
+        if turn_id is None and (card.waiter_until is None or (card.waiter_until - now).total_seconds() < lease / 2):
+            _renew(card_id, now + timedelta(seconds=lease))
         return not_yet(card.status, again_within=(card.expires_at - now).total_seconds())
 
-    # A decision and the turn's end arrive by signal; a stop is seen within the poll period.
-    return wait_on_signals(
-        runtime, [keys.card_channel(namespace, card_id), keys.turn_channel(namespace, turn_id)], look,
-        recheck_seconds=runtime.time("STOP_POLL_SECONDS"),
-    )
+    channels = [keys.card_channel(namespace, card_id)]
+    if turn_id is not None:
+        channels.append(keys.turn_channel(namespace, turn_id))
+    # A decision and the turn's end arrive by signal; a stop, and a caller gone, are seen within the poll period.
+    try:
+        return wait_on_signals(runtime, channels, look, recheck_seconds=min(runtime.time("STOP_POLL_SECONDS"), lease / 3))
+    except CallerGone:
+        return caller_gone(card_id, utcnow())
+
+
+def _renew(card_id: str, until: datetime) -> None:
+    Card.update(waiter_until=until).where((Card.id == card_id) & (Card.status == CardStatus.PENDING)).execute()
+    release_connection()
+
+
+def caller_gone(card_id: str, now: datetime) -> str:
+    """Nobody waits on the card any more: keep it for its remembered Allow, else withdraw it (nothing is done)."""
+    card = Card.get_by_id(card_id)
+    if card.status != CardStatus.PENDING:
+        release_connection()
+        return card.status
+    if any(reason in REMEMBERED for reason in card.reasons):
+        Card.update(stopped_waiting_at=now, waiter_until=None).where(
+            (Card.id == card_id) & (Card.status == CardStatus.PENDING)
+        ).execute()
+        release_connection()
+        return STOPPED_WAITING
+    _end(card_id, CardStatus.WITHDRAWN, now)
+    return CardStatus.WITHDRAWN
 
 
 def _end(card_id: str, status: CardStatus, now: datetime) -> bool:
@@ -232,19 +276,23 @@ def decide(runtime: Runtime, card_id: str, decision: str) -> dict[str, Any]:
 
 
 def sweep(now: datetime) -> int:
-    """End cards nobody can still be waiting on (their turn ended, or they expired): a
-    waiting process that died leaves its card pending, and the Inbox must not show it."""
+    """End cards nobody can still be waiting on (their turn ended, their waiting call's lease ran
+    out, or they expired): a waiting process that died leaves its card pending, and the Inbox must
+    not show it — except a card kept for its remembered Allow, which stays until decided or expired."""
     ended = 0
     pending = list(Card.select().where(Card.status == CardStatus.PENDING))
     if not pending:
         return 0
-    turns = Message.select(Message.id).where(Message.id.in_([c.turn_id for c in pending]) & Message.status.in_(LIVE_TURN))
+    turn_ids = [c.turn_id for c in pending if c.turn_id is not None]
+    turns = Message.select(Message.id).where(Message.id.in_(turn_ids) & Message.status.in_(LIVE_TURN))
     live = {turn.id for turn in turns}
     for card in pending:
         if card.expires_at <= now:
             ended += _end(card.id, CardStatus.EXPIRED, now)
-        elif card.turn_id not in live:
+        elif card.turn_id is not None and card.turn_id not in live:
             ended += _end(card.id, CardStatus.WITHDRAWN, now)
+        elif card.turn_id is None and card.stopped_waiting_at is None and (card.waiter_until or now) <= now:
+            ended += caller_gone(card.id, now) != CardStatus.PENDING
     return ended
 
 
@@ -298,6 +346,8 @@ def shape(card: Card) -> dict[str, Any]:
         "createdAt": iso(card.created_at),
         "expiresAt": iso(card.expires_at),
         "decidedAt": iso(card.decided_at) if card.decided_at else None,
+        # The caller went away before a decision: nothing was done; an Allow is remembered for its next call.
+        "stoppedWaiting": card.stopped_waiting_at is not None,
     }
 
 
@@ -362,6 +412,18 @@ def _refusal(card: Card, outcome: str, request: Request) -> ActionError:
         return ActionError(
             "REMOTE_RELAY_APPROVAL_DENIED",
             f"Nobody decided the approval card {card.id} before it expired; it was withdrawn. {request.nothing}",
+        )
+    if outcome == STOPPED_WAITING:
+        return ActionError(
+            "REMOTE_RELAY_APPROVAL_DENIED",
+            f"The call stopped waiting before the owner decided the approval card {card.id}. {request.nothing} "
+            "The card waits for the owner in the Inbox; once allowed, call again and it goes through without a card.",
+        )
+    if card.turn_id is None:
+        return ActionError(
+            "REMOTE_RELAY_APPROVAL_DENIED",
+            f"The call stopped waiting before the owner decided the approval card {card.id}; it was withdrawn. "
+            f"{request.nothing}",
         )
     return ActionError(
         "REMOTE_RELAY_APPROVAL_DENIED",

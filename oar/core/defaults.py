@@ -26,6 +26,9 @@ LOOP_PROMPTS_BEFORE_CARD = 30
 MAX_HOPS = 2
 # An approval card nobody decided is withdrawn after this long (docs/rules.md#outcomes, docs/limits.md: 8 hours).
 CARD_EXPIRY_SECONDS = 8 * 3600
+# A call waiting on a card with no turn renews its lease within this long; the clock's sweep takes a card
+# whose lease ran out for one whose caller went away (its process died).
+CARD_WAITER_LEASE_SECONDS = 30
 # Calls and write calls per sliding minute per conversation (owner settings; 0 = no limit).
 RATE_CALLS_PER_MINUTE = 60
 RATE_WRITES_PER_MINUTE = 10

@@ -33,6 +33,8 @@ STATUS_BY_CODE: dict[str, int] = {
     "REMOTE_RELAY_QUESTION_LIMIT": 409,
     "REMOTE_RELAY_SUBSCRIPTION_LIMIT": 409,
     "REMOTE_RELAY_INTERNAL": 500,
+    # The caller went away while its call waited (nobody reads it; 499 as proxies log a closed request).
+    "REMOTE_RELAY_CALLER_GONE": 499,
 }
 
 

@@ -419,7 +419,9 @@ class Card(BaseModel):
     id = pw.CharField(primary_key=True, max_length=32)
     session = pw.ForeignKeyField(Session, backref="cards", on_delete="CASCADE")  # the asking conversation
     session_id: ObjectId[str]
-    turn_id = pw.CharField(max_length=32, index=True)  # the live turn the call belongs to
+    # The live turn the call belongs to; None: the waiting call itself is the live turn (a caller
+    # whose turns the relay does not run), kept alive by `waiter_until`.
+    turn_id = pw.CharField(null=True, max_length=32, index=True)
     action = pw.CharField(max_length=40)
     relay = pw.CharField(max_length=200)
     target_id = pw.CharField(null=True, max_length=32)
@@ -430,6 +432,10 @@ class Card(BaseModel):
     created_at = pw.DateTimeField(default=utcnow)
     expires_at = pw.DateTimeField()
     decided_at = pw.DateTimeField(null=True)
+    # A turnless card's lease: the waiting call renews it; past it, nobody waits (another process died).
+    waiter_until = pw.DateTimeField(null=True)
+    # The caller stopped waiting before a decision; the card stays pending for its remembered Allow.
+    stopped_waiting_at = pw.DateTimeField(null=True)
 
     class Meta:
         indexes = ((("status", "created_at"), False),)

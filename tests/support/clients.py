@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -98,3 +99,30 @@ class Owner(Client):
     def agent_for(self, session_id: str) -> Agent:
         token = self.post(f"/api/v1/owner/sessions/{session_id}/tokens")["token"]
         return Agent(self.base_url, token, session_id)
+
+
+def decide_while_waiting(owner: Owner, agent: Agent, decision: str, action: str, **args: Any) -> tuple[dict[str, Any], int, dict[str, Any]]:
+    """`agent` calls `action` over HTTP (no turn of its own: the waiting call is the card's live turn);
+    the owner decides the card the call waits on, through the owner API. Returns the card as the
+    Inbox showed it, and the call's status and body."""
+    answer: dict[str, Any] = {}
+    call = threading.Thread(target=lambda: answer.update(zip(("status", "body"), agent.call(action, **args), strict=True)))
+    call.start()
+    try:
+        card = poll(f"the card of {action}", lambda: next((
+            c for c in owner.get("/api/v1/owner/inbox")["cards"]
+            if c["session"]["id"] == agent.session_id and c["action"] == action and not c["stoppedWaiting"]
+        ), None))
+        owner.post(f"/api/v1/owner/cards/{card['id']}", {"decision": decision})
+    finally:
+        call.join(60)
+    assert not call.is_alive() and answer, f"{action} did not answer after the owner's {decision}"
+    return card, answer["status"], answer["body"]
+
+
+def denied_by_owner(owner: Owner, agent: Agent, action: str, **args: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`action` waits on a card that the owner denies: returns the card and the refusal."""
+    card, status, body = decide_while_waiting(owner, agent, "deny", action, **args)
+    assert body["ok"] is False and body["code"] in ("REMOTE_RELAY_APPROVAL_DENIED", "REMOTE_RELAY_PERMISSION"), body
+    assert status == 403, (status, body)
+    return card, body

@@ -114,8 +114,9 @@ class Relay:
         """An owner's conversation and the agent that works in it.
 
         The owner grants its agent the remembered approvals ahead (as the page and the owner
-        API let an owner do for scripts that call without a live turn), so that tests about
-        other things are not stopped by first-use cards; card tests pass `approvals=()`.
+        API let an owner do), so that tests about other things do not wait on first-use cards —
+        an agent calling over HTTP waits on its card until the owner decides it; card tests pass
+        `approvals=()` and decide the card (`clients.decide_while_waiting`).
         """
         return self.owner.conversation(title, approvals, **fields)
 
