@@ -41,6 +41,11 @@ def digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, default=str, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def card_key(card: dict[str, Any]) -> str:
+    """What of a pending card a page's version follows: the card, and whether its caller stopped waiting."""
+    return f'{card["id"]}{"/stopped" if card["stoppedWaiting"] else ""}'
+
+
 def pending_cards(session_id: str | None = None) -> list[dict[str, Any]]:
     """Pending approval cards: all of them (the Inbox), or one conversation's (its page)."""
     return cards.pending() if session_id is None else cards.pending_in_session(session_id)
@@ -253,11 +258,11 @@ def session_versions(
     if data is None:
         flight = in_flight(session)
         question_ids = [q["id"] for q in session_questions(session.id)]
-        card_ids = [c["id"] for c in pending_cards(session.id)]
+        card_ids = [card_key(c) for c in pending_cards(session.id)]
     else:
         flight = data["inFlight"]
         question_ids = [q["id"] for q in data["questions"]]
-        card_ids = [c["id"] for c in data["cards"]]
+        card_ids = [card_key(c) for c in data["cards"]]
     return {
         "nav": digest(inbox_count()),
         "header": digest([session.title, session.archived, session.may_create_sessions, state, session.provider,
@@ -276,7 +281,7 @@ def inbox() -> dict[str, Any]:
     data: dict[str, Any] = {"questions": with_asker_titles(pending_questions()), "cards": pending_cards()}
     data["versions"] = {
         "nav": digest(inbox_count()),
-        "inbox": digest([[q["id"] for q in data["questions"]], [c["id"] for c in data["cards"]]]),
+        "inbox": digest([[q["id"] for q in data["questions"]], [card_key(c) for c in data["cards"]]]),
     }
     return data
 
