@@ -517,3 +517,18 @@ def test_bad_card_decisions_and_answers_on_the_page_say_why_and_change_nothing(
     owner.post(f"/cards/{card['id']}", {"decision": "deny", "next": "/inbox"})
     again = owner.post(f"/cards/{card['id']}", {"decision": "allow", "next": "/inbox"})
     assert f"Card {card['id']} is denied, not pending. Nothing was changed." in html.unescape(again.text)
+
+
+def test_a_card_whose_agent_stopped_waiting_says_so_on_the_page(relay: Relay, owner: Browser) -> None:
+    """An HTTP caller that gave up before the owner decided (tests/test_waiting_cards.py): the first-create
+    card stays in the Inbox and on the conversation's page, marked."""
+    scripts = relay.conversation("scripts", approvals=())
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        scripts.http.post(scripts.base_url + "/api/v1/relay_tool", timeout=1.0,
+                          json={"action": "create_session", "relay": "this", "text": "hi"})
+    scripts.http.close()
+    poll("the card marked", lambda: [c for c in relay.owner.get("/api/v1/owner/inbox")["cards"] if c["stoppedWaiting"]])
+    for path in ("/inbox", f"/sessions/{scripts.session_id}"):
+        page = text_of(owner.get(path))
+        assert "The agent stopped waiting: nothing was done." in page, path
+        assert "This agent wants to start sessions on this relay" in page, path

@@ -4,7 +4,9 @@ card's live turn; Allow/Deny answer it; a caller that goes away leaves a remembe
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +19,7 @@ from oar.core.models import Card, Session
 from oar.core.timeutil import utcnow
 from oar.core.waiting import CallerWatch, watched_by
 from tests.support.clients import Agent, decide_while_waiting, poll
-from tests.support.relays import Relay
+from tests.support.relays import FAST_TIMES, WEB, Relay, own_relay
 from tests.support.snapshots import snapshot
 
 
@@ -134,3 +136,32 @@ def test_a_caller_gone_never_becomes_a_500(relay: Relay, ops: Agent, desk: Agent
     with watched_by(gone):
         status, body = dispatch(ctx, {"action": "send", "relay": "this", "session": target, "text": "!sleep 1"})
     assert status == 499 and body["code"] == "REMOTE_RELAY_CALLER_GONE", body
+
+
+@pytest.mark.stack
+def test_under_gunicorn_a_closed_connection_and_a_dead_web_process_are_seen(tmp_path: Path) -> None:
+    """The web as in production (gunicorn gthread): a client that hangs up is seen through the request's socket;
+    a web process killed mid-wait leaves a card the clock ends once its lease runs out."""
+    times = {**FAST_TIMES, "CARD_WAITER_LEASE_SECONDS": "2"}
+    with own_relay(tmp_path, times, web="process", worker=False, clock=True) as stack:
+        relay = stack.relay
+        assert relay is not None
+        stack.bind_database()
+        ops = relay.conversation("ops", approvals=())
+        call_and_hang_up(ops, "create_session", relay="this", text="first")
+        kept = poll("the card marked stopped waiting", lambda: [c for c in inbox_cards(relay) if c["stoppedWaiting"]])
+        assert [c["reason"] for c in kept] == ["create_sessions"]
+
+        relay.owner.patch(f"/api/v1/owner/sessions/{ops.session_id}", {"mode": "plan", "approvals": list(cards.REMEMBERED)})
+        def wait_until_the_web_dies() -> None:
+            with pytest.raises(requests.exceptions.ConnectionError):
+                ops.call("schedule", text="later", every_minutes=60)
+
+        waiting = threading.Thread(target=wait_until_the_web_dies, daemon=True)
+        waiting.start()
+        card = poll("the mode card", lambda: next((c for c in inbox_cards(relay) if c["reason"] == "mode"), None))
+        stack.kill(WEB)
+        stack.start_web()
+        poll("the dead wait's card withdrawn", lambda: Card.get_by_id(card["id"]).status == "withdrawn", seconds=30)
+        assert [c["id"] for c in inbox_cards(relay)] == [kept[0]["id"]]
+        waiting.join(10)
