@@ -1,0 +1,171 @@
+"""MCP at /mcp, driven by the official Python SDK client, and its bad input over raw HTTP."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import httpx2
+import mcp.types as types
+import requests
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from oar.actions.catalog import ordered_actions
+from oar.actions.schema import relay_tool
+from tests.support.clients import Agent
+from tests.support.relays import FAST_TIMES, Relay
+
+MCP_CAP = float(FAST_TIMES["MCP_MAX_WAIT_SECONDS"])
+
+
+def with_session(relay: Relay, token: str | None, work: Callable[[ClientSession], Awaitable[Any]]) -> Any:
+    """Connect the SDK client to the relay's /mcp (initialize included) and run `work`."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    async def main() -> Any:
+        async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120)) as http:
+            async with streamable_http_client(f"{relay.url}/mcp", http_client=http) as (read, write):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    return await work(session)
+
+    return anyio.run(main)
+
+
+def relay_json(result: types.CallToolResult) -> dict[str, Any]:
+    text = result.content[0]
+    assert isinstance(text, types.TextContent)
+    body = json.loads(text.text)
+    assert result.structured_content == body
+    assert result.is_error is (not body["ok"])
+    return body
+
+
+def rpc(relay: Relay, token: str | None, body: Any, **headers: str) -> requests.Response:
+    sent = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json", **headers}
+    if token:
+        sent["Authorization"] = f"Bearer {token}"
+    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    return requests.post(f"{relay.url}/mcp", data=data, headers=sent, timeout=30)
+
+
+def test_lists_the_one_tool_with_the_registry_schema(relay: Relay, desk: Agent) -> None:
+    async def work(session: ClientSession) -> Any:
+        return (await session.list_tools()).tools, session.initialize_result
+
+    tools, initialized = with_session(relay, desk.token, work)
+    assert [tool.name for tool in tools] == ["relay_tool"]
+    assert tools[0].input_schema == relay_tool().parameters
+    assert tools[0].description == relay_tool().description
+    assert tools[0].input_schema["properties"]["action"]["enum"] == [spec.name for spec in ordered_actions()]
+    assert initialized.protocol_version == "2025-11-25"
+    assert initialized.capabilities.tools is not None
+
+
+def test_call_list_relays_a_bad_input_and_the_legacy_name(relay: Relay, desk: Agent) -> None:
+    async def work(session: ClientSession) -> Any:
+        listed = await session.call_tool("relay_tool", {"action": "list_relays"})
+        bad = await session.call_tool("relay_tool", {"action": "send", "relay": "this", "session": "nope", "text": 5})
+        legacy = await session.call_tool("remote_relay", {"action": "list_relays"})
+        return listed, bad, legacy
+
+    listed, bad, legacy = with_session(relay, desk.token, work)
+    body = relay_json(listed)
+    assert body == desk.ok("list_relays")
+    assert listed.is_error is False
+    refused = relay_json(bad)
+    assert refused["ok"] is False and refused["code"] == "REMOTE_RELAY_INVALID_INPUT"
+    assert refused == desk.call("send", relay="this", session="nope", text=5)[1]
+    assert relay_json(legacy) == body
+
+
+def test_no_token_or_a_bad_one_is_401_before_any_exchange(relay: Relay) -> None:
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                  "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    for token in (None, "oar_s_not_a_token"):
+        response = rpc(relay, token, initialize)
+        assert response.status_code == 401
+        assert response.json()["code"] == "REMOTE_RELAY_UNAUTHORIZED"
+        assert response.headers["WWW-Authenticate"].startswith("Bearer")
+    assert requests.get(f"{relay.url}/mcp", timeout=10).status_code == 401
+
+
+def test_malformed_messages_get_json_rpc_errors(relay: Relay, desk: Agent) -> None:
+    token = desk.token
+    cases: list[tuple[Any, int, int]] = [
+        (b"{not json", 400, -32700),
+        ([{"jsonrpc": "2.0", "id": 1, "method": "ping"}], 400, -32600),
+        ({"id": 1, "method": "ping"}, 400, -32600),
+        ({"jsonrpc": "2.0", "id": {"x": 1}, "method": "ping"}, 400, -32600),
+        ({"jsonrpc": "2.0", "id": 1, "method": 7}, 400, -32600),
+        ({"jsonrpc": "2.0", "id": 1, "method": "tools/frobnicate"}, 200, -32601),
+        ({"jsonrpc": "2.0", "id": 1, "method": "server/discover"}, 200, -32601),
+        ({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": []}, 200, -32602),
+        ({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": 3}}, 200, -32602),
+        ({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "relay_tool", "arguments": [1]}}, 200, -32602),
+        ({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "no_such_tool"}}, 200, -32602),
+        ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}, 200, -32602),
+    ]
+    for body, status, code in cases:
+        response = rpc(relay, token, body)
+        assert (response.status_code, response.json()["error"]["code"]) == (status, code), body
+        assert response.json()["jsonrpc"] == "2.0"
+    # A request with an id keeps it in the error.
+    assert rpc(relay, token, {"jsonrpc": "2.0", "id": "a", "method": "nope"}).json()["id"] == "a"
+    # An unsupported protocol version header after initialize.
+    response = rpc(relay, token, {"jsonrpc": "2.0", "id": 1, "method": "ping"}, **{"MCP-Protocol-Version": "1999-01-01"})
+    assert response.status_code == 400 and response.json()["error"]["code"] == -32600
+    # Notifications are accepted with 202 and no body; ping answers {}.
+    assert rpc(relay, token, {"jsonrpc": "2.0", "method": "notifications/initialized"}).status_code == 202
+    assert rpc(relay, token, {"jsonrpc": "2.0", "id": 2, "method": "ping"}).json() == {"jsonrpc": "2.0", "id": 2, "result": {}}
+    # Version negotiation: an unknown version is answered with the newest the relay speaks.
+    asked = {"jsonrpc": "2.0", "id": 3, "method": "initialize",
+             "params": {"protocolVersion": "2099-01-01", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    assert rpc(relay, token, asked).json()["result"]["protocolVersion"] == "2025-11-25"
+    asked["params"]["protocolVersion"] = "2025-03-26"
+    assert rpc(relay, token, asked).json()["result"]["protocolVersion"] == "2025-03-26"
+    # An oversized body, GET (no server stream) and DELETE (no sessions).
+    huge = rpc(relay, token, b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "x": "' + b"a" * 1_000_000 + b'"}')
+    assert huge.status_code == 413 and huge.json()["error"]["code"] == -32600
+    for method in ("GET", "DELETE"):
+        response = requests.request(method, f"{relay.url}/mcp", headers={"Authorization": f"Bearer {token}"}, timeout=10)
+        assert response.status_code == 405 and response.headers["Allow"] == "POST"
+
+
+def test_a_long_wait_streams_progress_with_a_token_and_is_capped_without(relay: Relay, desk: Agent) -> None:
+    sleep = MCP_CAP + 3
+    session_id = desk.ok("create_session", relay="this", text="hello", wait_seconds=30)["session"]
+    progress: list[float] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(value)
+
+    async def work(session: ClientSession) -> Any:
+        streamed = await session.call_tool(
+            "relay_tool", {"action": "send", "relay": "this", "session": session_id, "text": f"!sleep {sleep}"},
+            progress_callback=on_progress,
+        )
+        with anyio.fail_after(MCP_CAP + 2):
+            capped = await session.call_tool(
+                "relay_tool", {"action": "send", "relay": "this", "session": session_id, "text": f"!sleep {sleep}"}
+            )
+        body = relay_json(capped)
+        progress.append(-1.0)  # the first call's progress ends here
+        waited = await session.call_tool(
+            "relay_tool", {"action": "wait", "relay": "this", "session": session_id,
+                           "message_id": body["message_id"], "wait_seconds": 30},
+            progress_callback=on_progress,
+        )
+        return streamed, body, waited
+
+    streamed, capped, waited = with_session(relay, desk.token, work)
+    finished = relay_json(streamed)
+    assert finished["status"] == "done", finished
+    first = progress[: progress.index(-1.0)]
+    assert len(first) >= 2 and first == sorted(first) and len(set(first)) == len(first)
+    assert capped["status"] in ("running", "queued")
+    assert "call wait" in capped["note"].lower() and "MCP" in capped["note"]
+    assert relay_json(waited)["status"] == "done"
