@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -11,12 +14,15 @@ import httpx2
 import mcp.types as types
 import requests
 from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from oar.actions.catalog import ordered_actions
 from oar.actions.schema import relay_tool
 from tests.support.clients import Agent
+from tests.support.processes import PROJECT
 from tests.support.relays import FAST_TIMES, Relay
+from tests.support.servers import free_port
 
 MCP_CAP = float(FAST_TIMES["MCP_MAX_WAIT_SECONDS"])
 
@@ -169,3 +175,59 @@ def test_a_long_wait_streams_progress_with_a_token_and_is_capped_without(relay: 
     assert capped["status"] in ("running", "queued")
     assert "call wait" in capped["note"].lower() and "MCP" in capped["note"]
     assert relay_json(waited)["status"] == "done"
+
+
+def stdio_environment(relay: Relay, token: str | None) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if key not in ("OAR_TOKEN", "OAR_URL")}
+    env["OAR_URL"] = relay.url
+    if token:
+        env["OAR_TOKEN"] = token
+    return env
+
+
+def test_oar_mcp_over_stdio_lists_the_tool_and_forwards_calls(relay: Relay, desk: Agent) -> None:
+    server = StdioServerParameters(
+        command=sys.executable, args=["-m", "oar", "mcp"], env=stdio_environment(relay, desk.token), cwd=str(PROJECT)
+    )
+    session_id = desk.ok("create_session", relay="this", text="hello", wait_seconds=30)["session"]
+    progress: list[float] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(value)
+
+    async def main() -> Any:
+        with anyio.fail_after(60):
+            async with stdio_client(server) as (read, write):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    tools = (await session.list_tools()).tools
+                    listed = await session.call_tool("relay_tool", {"action": "list_relays"})
+                    bad = await session.call_tool("relay_tool", {"action": "wait", "relay": "this"})
+                    long = await session.call_tool(
+                        "relay_tool",
+                        {"action": "send", "relay": "this", "session": session_id, "text": f"!sleep {MCP_CAP + 3}"},
+                        progress_callback=on_progress,
+                    )
+                    return tools, listed, bad, long
+
+    tools, listed, bad, long = anyio.run(main)
+    assert [tool.name for tool in tools] == ["relay_tool"] and tools[0].input_schema == relay_tool().parameters
+    assert relay_json(listed) == desk.ok("list_relays")
+    assert relay_json(bad)["code"] == "REMOTE_RELAY_INVALID_INPUT"
+    assert relay_json(long)["status"] == "done" and len(progress) >= 2
+
+
+def test_oar_mcp_with_a_bad_or_missing_configuration_says_so_and_exits(relay: Relay) -> None:
+    cases = [
+        ({"OAR_URL": relay.url}, "set OAR_TOKEN"),
+        ({"OAR_URL": relay.url, "OAR_TOKEN": "oar_s_wrong"}, "refused OAR_TOKEN"),
+        ({"OAR_URL": f"http://127.0.0.1:{free_port()}", "OAR_TOKEN": "oar_s_wrong"}, "cannot reach the relay"),
+    ]
+    for env, says in cases:
+        base = stdio_environment(relay, None)
+        done = subprocess.run(
+            [sys.executable, "-m", "oar", "mcp"], env={**base, **env}, cwd=PROJECT,
+            stdin=subprocess.PIPE, capture_output=True, text=True, timeout=60,
+        )
+        assert done.returncode != 0 and says in done.stderr, (env, done.stderr)
+        assert done.stdout == ""

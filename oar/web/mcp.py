@@ -1,4 +1,4 @@
-"""MCP over Streamable HTTP at `/mcp` (docs/mcp.md): the one tool `relay_tool`, run by the dispatcher.
+"""MCP over Streamable HTTP at `/mcp` (README "Agents over MCP"): the one tool `relay_tool`, run by the dispatcher.
 
 Stateless: each POST holds one JSON-RPC message and is answered on its own (JSON, or an
 event stream for a `tools/call` that gave a progress token, so that progress notifications

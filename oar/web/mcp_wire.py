@@ -1,4 +1,4 @@
-"""The MCP wire, without Flask: JSON-RPC messages, protocol versions and the tool's shapes (docs/mcp.md).
+"""The MCP wire, without Flask: JSON-RPC messages, protocol versions and the tool's shapes (README "Agents over MCP").
 
 The relay speaks the Streamable HTTP transport of the handshake-era revisions (`initialize`,
 then requests), stateless: no `Mcp-Session-Id`, every POST carries one message and is
