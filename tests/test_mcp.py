@@ -13,7 +13,7 @@ import anyio
 import httpx2
 import mcp.types as types
 import requests
-from mcp import ClientSession
+from mcp import Client, ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -231,3 +231,18 @@ def test_oar_mcp_with_a_bad_or_missing_configuration_says_so_and_exits(relay: Re
         )
         assert done.returncode != 0 and says in done.stderr, (env, done.stderr)
         assert done.stdout == ""
+
+
+def test_the_sdk_client_in_auto_mode_falls_back_from_discover_to_initialize(relay: Relay, desk: Agent) -> None:
+    """`mcp.Client` first probes `server/discover` (the 2026 per-request revision); the relay
+    answers "method not found" and the client settles on the initialize handshake."""
+
+    async def main() -> Any:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {desk.token}"}) as http:
+            async with Client(streamable_http_client(f"{relay.url}/mcp", http_client=http)) as client:
+                listed = await client.call_tool("relay_tool", {"action": "list_relays"})
+                return client.session.protocol_version, listed
+
+    version, listed = anyio.run(main)
+    assert version == "2025-11-25"
+    assert relay_json(listed)["ok"] is True

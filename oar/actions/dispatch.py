@@ -20,6 +20,7 @@ from oar.actions.context import CallContext
 from oar.actions.targets import Target, ThisRelay, resolve_target
 from oar.core.errors import ActionError, invalid
 from oar.core.fields import unstorable_text
+from oar.core.waiting import CallerGone
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,8 @@ def dispatch(ctx: CallContext, payload: Any) -> tuple[int, dict[str, Any]]:
         return 200, _run(ctx, payload)
     except ActionError as error:
         return error.status, error.to_dict()
+    except CallerGone:
+        raise  # nobody reads the answer: the surface that watched the caller ends the call
     except Exception:
         reference = secrets.token_hex(4)
         action_name = payload.get("action") if isinstance(payload, dict) else None
