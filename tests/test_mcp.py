@@ -6,12 +6,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 import httpx2
 import mcp.types as types
+import pytest
 import requests
 from mcp import Client, ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -19,7 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from oar.actions.catalog import ordered_actions
 from oar.actions.schema import relay_tool
-from tests.support.clients import Agent
+from tests.support.clients import Agent, poll
 from tests.support.processes import PROJECT
 from tests.support.relays import FAST_TIMES, Relay
 from tests.support.servers import free_port
@@ -246,3 +248,21 @@ def test_the_sdk_client_in_auto_mode_falls_back_from_discover_to_initialize(rela
     version, listed = anyio.run(main)
     assert version == "2025-11-25"
     assert relay_json(listed)["ok"] is True
+
+
+def test_a_client_that_goes_away_ends_the_waiting_call(relay: Relay, desk: Agent, caplog: pytest.LogCaptureFixture) -> None:
+    """The streamed call's thread sees the closed stream (CallerGone) and ends; nothing is logged as a failure."""
+    session_id = desk.ok("create_session", relay="this", text="hello", wait_seconds=30)["session"]
+    call = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+        "name": "relay_tool", "_meta": {"progressToken": "p1"},
+        "arguments": {"action": "send", "relay": "this", "session": session_id, "text": "!sleep 30"}}}
+    headers = {"Authorization": f"Bearer {desk.token}", "Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": "2025-11-25"}
+    with requests.post(f"{relay.url}/mcp", json=call, headers=headers, stream=True, timeout=30) as response:
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+        lines = response.iter_lines(decode_unicode=True)
+        first = next(line for line in lines if line.startswith("data: "))
+        assert json.loads(first[len("data: "):])["method"] == "notifications/progress"
+    poll("the call's thread ends", lambda: not any(t.name == "mcp-call" for t in threading.enumerate()), seconds=20)
+    assert not [record for record in caplog.records if record.levelname == "ERROR"]
+    desk.ok("stop", relay="this", session=session_id)
