@@ -68,6 +68,10 @@ class CallContext:
     now: datetime = field(default_factory=utcnow)
     # The approval reasons the running action declares (its spec's `approval`, set when it runs).
     approval: tuple[str, ...] = ()
+    # A cap on this call's waits below the owner's `max_wait_seconds` (None: none): an MCP call
+    # without a progress token, which its client would cut after 60 s; and why, for the note.
+    max_wait_seconds: int | None = None
+    max_wait_reason: str = ""
     _settings: dict[str, Any] | None = None
     calling: Caller = field(init=False)
 

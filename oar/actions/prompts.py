@@ -32,6 +32,10 @@ def wait_seconds(ctx: CallContext, args: dict[str, Any]) -> tuple[int, str | Non
     """The wait to use, capped by the owner's "Longest wait per tool call" (docs/waiting.md#wait_seconds)."""
     requested = args.get("wait_seconds", defaults.DEFAULT_WAIT_SECONDS)
     cap = ctx.settings["max_wait_seconds"]
+    if ctx.max_wait_seconds is not None and ctx.max_wait_seconds < cap:
+        cap = ctx.max_wait_seconds
+        if requested > cap:
+            return cap, f"{ctx.max_wait_reason} waited {cap} s instead of {requested} s.".lstrip()
     if requested > cap:
         return cap, f"This relay caps waits at {cap} s; waited {cap} s instead of {requested} s."
     return requested, None

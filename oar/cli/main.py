@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     call.add_argument("action", nargs="?")
     call.add_argument("arguments", nargs="*", help="key=value; values are JSON when they parse as JSON")
+    commands.add_parser(
+        "mcp", help="serve relay_tool over MCP on stdin/stdout, forwarded to the relay at OAR_URL as OAR_TOKEN's session"
+    )
     docs = commands.add_parser("docs", help="print a reference generated from the code: oar docs actions [--write]")
     docs.add_argument("reference", choices=("actions",))
     docs.add_argument("--write", action="store_true", help="write it to the project's docs/ folder instead")
@@ -54,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         return _migrate()
     if args.command == "token":
         return _token(args.owner, args.session)
+    if args.command == "mcp":
+        from oar.cli.mcp_stdio import main as serve_mcp
+
+        return serve_mcp()
     if args.command == "docs":
         return _docs(args.write)
     if args.show_help or not args.action:

@@ -8,6 +8,9 @@ documented defaults (docs/limits.md).
 # Longest wait per tool call (owner setting `max_wait_seconds`, 120–3600).
 MAX_WAIT_SECONDS = 600
 MAX_WAIT_SECONDS_RANGE = (120, 3600)
+# Longest wait of an MCP tool call that gave no progressToken: below the 60 s after which
+# common MCP clients cut a call; the answer then says `running` and to call `wait`.
+MCP_MAX_WAIT_SECONDS = 50
 # `wait_seconds` when a call does not give one.
 DEFAULT_WAIT_SECONDS = 120
 # A caller's own turn may last this long (owner setting `max_turn_seconds`).

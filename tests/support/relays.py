@@ -51,6 +51,7 @@ FAST_TIMES = {
     "TASK_KILL_GRACE_SECONDS": "2",
     "DELIVERY_WINDOW_SECONDS": "1",
     "PROVIDER_READ_TIMEOUT_SECONDS": "3",
+    "MCP_MAX_WAIT_SECONDS": "4",
 }
 WEB, WORKER, CLOCK = "web", "worker", "clock"
 

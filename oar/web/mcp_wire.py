@@ -1,0 +1,164 @@
+"""The MCP wire, without Flask: JSON-RPC messages, protocol versions and the tool's shapes (README "Agents over MCP").
+
+The relay speaks the Streamable HTTP transport of the handshake-era revisions (`initialize`,
+then requests), stateless: no `Mcp-Session-Id`, every POST carries one message and is
+answered on its own. Clients of the 2026 per-request revision first probe `server/discover`;
+it is answered "method not found", on which the official clients fall back to `initialize`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from oar.actions.schema import relay_tool
+
+# Oldest to newest; `initialize` answers the client's version when it is here, else the newest.
+PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+LATEST_PROTOCOL_VERSION = PROTOCOL_VERSIONS[-1]
+# A request without the MCP-Protocol-Version header is taken as this revision (the spec's rule).
+ASSUMED_PROTOCOL_VERSION = "2025-03-26"
+# `structuredContent` in tool results exists from this revision on.
+STRUCTURED_CONTENT_SINCE = "2025-06-18"
+
+# The unlisted legacy name of the tool, still accepted by tools/call.
+LEGACY_TOOL_NAME = "remote_relay"
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+
+SERVER_NAME = "oar-relay"
+INSTRUCTIONS = (
+    "relay_tool acts on OAR relays as the session whose token this connection uses. "
+    "Pass `action` and its arguments; results are the relay's JSON (ok, and code and error when refused). "
+    "A reply that is not ready within the wait answers status running: call wait with its message_id."
+)
+
+
+class WireError(Exception):
+    """A JSON-RPC error to answer: its code, message and the request id (None when unknown)."""
+
+    def __init__(self, code: int, message: str, request_id: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.request_id = request_id
+
+
+@dataclass(frozen=True)
+class Message:
+    """One JSON-RPC message from the client: a request has an id, a notification none, and a
+    response (to a request of ours, which the relay never sends) a result or an error."""
+
+    method: str | None
+    params: dict[str, Any]
+    request_id: Any
+    is_request: bool
+
+
+def parse(body: bytes) -> Message:
+    """The one message of a POST, or WireError (parse error, invalid request)."""
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError) as error:
+        raise WireError(PARSE_ERROR, f"Parse error: the body is not JSON ({type(error).__name__}).") from None
+    if isinstance(payload, list):
+        raise WireError(INVALID_REQUEST, "Invalid Request: send one JSON-RPC message per POST (no batches).")
+    if not isinstance(payload, dict) or payload.get("jsonrpc") != "2.0":
+        raise WireError(INVALID_REQUEST, 'Invalid Request: a JSON-RPC 2.0 object with "jsonrpc": "2.0" is required.')
+    request_id = payload.get("id")
+    has_id = "id" in payload
+    if has_id and (isinstance(request_id, bool) or not isinstance(request_id, (str, int))):
+        raise WireError(INVALID_REQUEST, "Invalid Request: id must be a string or an integer.")
+    method = payload.get("method")
+    if method is None:
+        if has_id and ("result" in payload or "error" in payload):
+            return Message(method=None, params={}, request_id=request_id, is_request=False)
+        raise WireError(INVALID_REQUEST, "Invalid Request: method is missing.", request_id)
+    if not isinstance(method, str) or not method:
+        raise WireError(INVALID_REQUEST, "Invalid Request: method must be a string.", request_id)
+    params = payload.get("params", {})
+    if not isinstance(params, dict):
+        raise WireError(INVALID_PARAMS, "Invalid params: params must be an object.", request_id)
+    return Message(method=method, params=params, request_id=request_id, is_request=has_id)
+
+
+def result(request_id: Any, value: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "result": value}
+
+
+def error(request_id: Any, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+
+
+def initialize_result(params: dict[str, Any], server_version: str) -> dict[str, Any]:
+    """The answer to `initialize`: the client's protocol version when the relay speaks it, else its newest."""
+    asked = params.get("protocolVersion")
+    if not isinstance(asked, str):
+        raise WireError(INVALID_PARAMS, "Invalid params: initialize needs protocolVersion (a string).")
+    version = asked if asked in PROTOCOL_VERSIONS else LATEST_PROTOCOL_VERSION
+    return {
+        "protocolVersion": version,
+        "capabilities": {"tools": {"listChanged": False}},
+        "serverInfo": {"name": SERVER_NAME, "version": server_version},
+        "instructions": INSTRUCTIONS,
+    }
+
+
+def tool_list() -> dict[str, Any]:
+    """The answer to `tools/list`: the one relay_tool, its schema generated from the registry."""
+    definition = relay_tool()
+    return {"tools": [{"name": definition.name, "description": definition.description, "inputSchema": definition.parameters}]}
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    arguments: dict[str, Any]
+    progress_token: str | int | None
+
+
+def tool_call(params: dict[str, Any]) -> ToolCall:
+    """The arguments and progress token of a `tools/call`, or WireError (unknown tool, bad params)."""
+    name = params.get("name")
+    if not isinstance(name, str):
+        raise WireError(INVALID_PARAMS, "Invalid params: tools/call needs name (a string).")
+    if name not in (relay_tool().name, LEGACY_TOOL_NAME):
+        raise WireError(INVALID_PARAMS, f"Unknown tool: {name[:80]!r}. This server has one tool, {relay_tool().name}.")
+    arguments = params.get("arguments", {})
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        raise WireError(INVALID_PARAMS, "Invalid params: arguments must be an object.")
+    meta = params.get("_meta")
+    token = meta.get("progressToken") if isinstance(meta, dict) else None
+    if isinstance(token, bool) or not isinstance(token, (str, int)):
+        token = None
+    return ToolCall(arguments=arguments, progress_token=token)
+
+
+def tool_result(body: dict[str, Any], protocol_version: str) -> dict[str, Any]:
+    """The relay's JSON as a tool result: one text item holding it, `structuredContent` where
+    the revision has it, and `isError` when the call was refused (`ok` false)."""
+    text = json.dumps(body, ensure_ascii=False)
+    value: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": not body.get("ok", False)}
+    if protocol_version in PROTOCOL_VERSIONS and PROTOCOL_VERSIONS.index(protocol_version) >= PROTOCOL_VERSIONS.index(
+        STRUCTURED_CONTENT_SINCE
+    ):
+        value["structuredContent"] = body
+    return value
+
+
+def progress(token: str | int, count: float, message: str) -> dict[str, Any]:
+    """A `notifications/progress` for a waiting call (no total: nobody knows how long a turn runs)."""
+    return {
+        "jsonrpc": "2.0",
+        "method": "notifications/progress",
+        "params": {"progressToken": token, "progress": count, "message": message},
+    }
+
+
+def sse_event(message: dict[str, Any]) -> str:
+    return f"event: message\ndata: {json.dumps(message, ensure_ascii=False)}\n\n"

@@ -1,0 +1,62 @@
+"""MCP driven by the official TypeScript SDK client (@modelcontextprotocol/sdk, run by node), over
+Streamable HTTP at /mcp and over stdio through `oar mcp`. `.ci/run` installs the SDK into
+tests/mcp_ts (npm); without node or the SDK these tests are skipped, saying why."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from oar.actions.schema import relay_tool
+from tests.support.clients import Agent
+from tests.support.processes import PROJECT
+from tests.support.relays import FAST_TIMES, Relay
+
+CLIENT = PROJECT / "tests" / "mcp_ts"
+MCP_CAP = float(FAST_TIMES["MCP_MAX_WAIT_SECONDS"])
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed"),
+    pytest.mark.skipif(
+        not (CLIENT / "node_modules" / "@modelcontextprotocol" / "sdk").is_dir(),
+        reason="the TypeScript MCP SDK is not installed: npm install --prefix tests/mcp_ts",
+    ),
+]
+
+
+def run_client(mode: str, relay: Relay, desk: Agent) -> dict[str, Any]:
+    session_id = desk.ok("create_session", relay="this", text="hello", wait_seconds=30)["session"]
+    env = {
+        **os.environ, "OAR_URL": relay.url, "OAR_TOKEN": desk.token, "SESSION_ID": session_id,
+        "SLEEP_SECONDS": str(MCP_CAP + 6), "TIMEOUT_MS": str(int((MCP_CAP + 3) * 1000)),
+        "PYTHON": sys.executable, "PROJECT": str(PROJECT),
+    }
+    done = subprocess.run(
+        ["node", "client.mjs", mode], cwd=CLIENT, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("mode", ["http", "stdio"])
+def test_the_typescript_sdk_client(mode: str, relay: Relay, desk: Agent) -> None:
+    out = run_client(mode, relay, desk)
+    assert out["tools"] == [{"name": "relay_tool", "inputSchema": relay_tool().parameters}]
+    assert out["listRelays"]["json"] == desk.ok("list_relays") and out["listRelays"]["isError"] is False
+    assert out["listRelays"]["structured"] == out["listRelays"]["json"]
+    assert out["bad"]["isError"] is True and out["bad"]["json"]["code"] == "REMOTE_RELAY_INVALID_INPUT"
+    assert out["legacy"]["json"] == out["listRelays"]["json"]
+    assert out["unknownTool"] is not None and out["unknownTool"]["code"] == -32602
+    # The long call outlived the client's request timeout, kept alive by progress.
+    assert out["streamed"]["json"]["status"] == "done", out["streamed"]
+    assert out["progress"] >= 2 and out["streamedSeconds"] > (MCP_CAP + 3)
+    assert out["capped"]["json"]["status"] in ("running", "queued")
+    assert out["waited"]["json"]["status"] == "done"
+    if mode == "http":
+        assert out["protocolVersion"] == "2025-11-25"
