@@ -135,6 +135,24 @@ def issue_token(runtime: Runtime, session_id: str) -> tuple[Session, str]:
     return session, token
 
 
+def revoke_tokens(runtime: Runtime, session_id: str) -> tuple[Session, int]:
+    """Revoke every agent token of a session: each one's next call is refused (401). The
+    session itself is untouched; a new token comes from `issue_token`."""
+    session = owner_session(runtime, session_id)
+    with write_transaction():
+        revoked = sessions.revoke_tokens(session)
+    return session, revoked
+
+
+def revoke_token(runtime: Runtime, token: str) -> Session:
+    """Revoke one agent token, given as the token itself."""
+    with write_transaction():
+        session = sessions.revoke_token(token.strip())
+    if session is None:
+        raise not_found("That is not an agent token on this relay (or it was revoked already). Nothing was changed.")
+    return session
+
+
 def change_session_settings(runtime: Runtime, session_id: str, payload: dict[str, Any]) -> Session:
     """The owner changes a session: its title, mode, group, the may_create_sessions switch and
     the Allows remembered for its agent."""

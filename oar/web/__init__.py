@@ -71,13 +71,14 @@ def create_app(config: Config | None = None) -> Flask:
         }
         return jsonify(body), 500
 
-    from oar.web import api, external, health, owner, page
+    from oar.web import api, external, health, openapi, owner, page
 
     app.register_blueprint(page.blueprint)
     app.register_blueprint(api.blueprint)
     app.register_blueprint(owner.blueprint)
     app.register_blueprint(external.blueprint)
     app.register_blueprint(health.blueprint)
+    app.register_blueprint(openapi.blueprint)
     return app
 
 
