@@ -1,14 +1,19 @@
 """A schemathesis run against a live relay (loopback), with the agent token and the owner token:
 no 5xx, and no answer that contradicts the OpenAPI document (status codes, content types,
-response schemas). The counts go to the test's output (`-s`)."""
+response schemas), for valid requests and for requests the document says are invalid. The
+counts go to the test's output (`-s`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+import requests
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
 from schemathesis.checks import (
     content_type_conformance,
     not_a_server_error,
@@ -19,7 +24,8 @@ from schemathesis.checks import (
 from tests.support.clients import Agent
 from tests.support.relays import Relay
 
-EXAMPLES_PER_OPERATION = 25
+# Examples per operation: valid requests, and requests the document says are invalid.
+EXAMPLES = {GenerationMode.POSITIVE: 25, GenerationMode.NEGATIVE: 15}
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 # Saving a provider discovers its models over HTTP at the `base_url` it is given: generated URLs
 # would leave loopback, so that one operation is only validated, not called.
@@ -35,14 +41,14 @@ class Tally:
     failures: list[str] = field(default_factory=list)
 
 
-def run_operation(operation: Any, relay: Relay, headers: dict[str, str], tally: Tally) -> None:
-    """Up to EXAMPLES_PER_OPERATION generated requests; each answer checked, failures collected."""
+def run_operation(operation: Any, relay: Relay, headers: dict[str, str], mode: GenerationMode, tally: Tally) -> None:
+    """Up to EXAMPLES[mode] generated requests; each answer checked, failures collected."""
 
     @settings(
-        max_examples=EXAMPLES_PER_OPERATION, deadline=None, database=None, derandomize=True,
+        max_examples=EXAMPLES[mode], deadline=None, database=None, derandomize=True,
         phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),
     )
-    @given(case=operation.as_strategy())
+    @given(case=operation.as_strategy(generation_mode=mode))
     def call(case: Any) -> None:
         if isinstance(case.body, dict) and "wait_seconds" in _arguments_of(case):
             case.body["wait_seconds"] = 0  # answer at once: a generated wait of hours tests nothing more
@@ -54,8 +60,18 @@ def run_operation(operation: Any, relay: Relay, headers: dict[str, str], tally: 
             shown = f"{operation.label}: {response.status_code} {response.text[:300]} ← {case.body!r:.200}"
             tally.failures.append(f"{shown}\n    {failure}")
 
-    tally.operations += 1
-    call()
+    try:
+        call()
+    except Unsatisfiable:  # nothing can be invalid about it (no parameters, no body)
+        if mode is GenerationMode.POSITIVE:
+            raise
+
+
+def headers_for(operation: Any, relay: Relay, desk: Agent) -> dict[str, str]:
+    """The token the operation's security names: the owner's, else the desk session's agent token."""
+    security = operation.definition.raw.get("security", [])
+    token = relay.owner.token if {"ownerToken": []} in security else desk.token
+    return {"Authorization": f"Bearer {token}"}
 
 
 def _arguments_of(case: Any) -> set[str]:
@@ -68,16 +84,35 @@ def test_it_finds_no_server_error_and_no_answer_the_document_contradicts(relay: 
     operations = [result.ok() for result in schema.get_all_operations()]
     operations.sort(key=lambda operation: operation.label == LAST)
     tally = Tally()
-    skipped = []
-    for operation in operations:
-        if operation.label in NOT_CALLED:
-            skipped.append(operation.label)
-            continue
-        security = operation.definition.raw.get("security", [])
-        token = relay.owner.token if {"ownerToken": []} in security else desk.token
-        run_operation(operation, relay, {"Authorization": f"Bearer {token}"}, tally)
+    skipped = [operation.label for operation in operations if operation.label in NOT_CALLED]
+    called = [operation for operation in operations if operation.label not in NOT_CALLED]
+    for mode in EXAMPLES:
+        for operation in called:
+            run_operation(operation, relay, headers_for(operation, relay, desk), mode, tally)
+    tally.operations = len(called)
     print(f"\nschemathesis: {tally.operations} operations called ({len(skipped)} not called: {skipped}), "
           f"{tally.examples} examples, {len(tally.failures)} failures")
     assert len(operations) > 30
     assert tally.examples > 10 * tally.operations
     assert not tally.failures, "\n".join(tally.failures[:20])
+
+
+def test_the_checks_catch_an_answer_the_document_does_not_allow(relay: Relay) -> None:
+    """The run above would see a contradiction: an undocumented status and a wrong answer fail."""
+    schema = schemathesis.openapi.from_url(f"{relay.url}/api/v1/openapi.json")
+    case = schema["/api/v1/owner/groups"]["GET"].Case()
+    headers = {"Authorization": f"Bearer {relay.owner.token}"}
+
+    def answer(status: int | None = None, body: bytes | None = None) -> requests.Response:
+        response = requests.get(f"{relay.url}/api/v1/owner/groups", headers=headers, timeout=30)
+        if status is not None:
+            response.status_code = status
+        if body is not None:
+            response._content = body
+        return response
+
+    case.validate_response(answer(), checks=CHECKS, headers=headers)  # the real answer conforms
+    with pytest.raises(BaseException, match="418"):
+        case.validate_response(answer(status=418), checks=CHECKS, headers=headers)
+    with pytest.raises(BaseException, match="groups|schema"):
+        case.validate_response(answer(body=b'{"ok": true, "groups": "none"}'), checks=CHECKS, headers=headers)
