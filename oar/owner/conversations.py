@@ -38,6 +38,8 @@ NEW_SESSION = {
     "text": Param("str", max_length=defaults.MAX_PROMPT_CHARS),
 }
 
+NEW_MESSAGE = {"text": TEXT}
+
 SESSION_CHANGES = {
     "may_create_sessions": Param("bool"),
     "title": TITLE,
@@ -114,7 +116,7 @@ def read_session(runtime: Runtime, session_id: str) -> tuple[Session, list[dict[
 
 def write_as_user(runtime: Runtime, session_id: str, payload: dict[str, Any]) -> Message:
     """The user writes in the conversation: a turn, and the loop count starts over."""
-    args, _ = check_fields("write", {"text": TEXT}, payload, strict=True, nothing="Nothing was sent.")
+    args, _ = check_fields("write", NEW_MESSAGE, payload, strict=True, nothing="Nothing was sent.")
     session = owner_session(runtime, session_id)
     if session.archived:
         raise not_found(f"Session {session.id[:8]} is archived. Nothing was sent.")

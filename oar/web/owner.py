@@ -78,7 +78,11 @@ def patch_settings() -> ResponseReturnValue:
 
 
 @blueprint.post("/sessions")
-@described(owner("Start a conversation: the session and its agent token", body=conversations.NEW_SESSION, status=201, answer={"session": OBJECT, "token": TEXT, "message_id": MAYBE_TEXT}, errors=(403, 409)))
+@described(owner(
+    "Start a conversation: the session and its agent token",
+    body=conversations.NEW_SESSION, status=201, errors=(403, 409),
+    answer={"session": OBJECT, "token": TEXT, "message_id": MAYBE_TEXT},
+))
 def create_session() -> ResponseReturnValue:
     """A conversation of the user's, and the agent token its agent uses."""
     session, token, message = conversations.start_conversation(runtime(), body())
@@ -100,7 +104,10 @@ def read_session(session_id: str) -> ResponseReturnValue:
 
 
 @blueprint.post("/sessions/<session_id>/messages")
-@described(owner("Write in the conversation as the user", body={"text": conversations.TEXT}, status=201, answer={"message_id": TEXT, "session": TEXT}))
+@described(owner(
+    "Write in the conversation as the user",
+    body=conversations.NEW_MESSAGE, status=201, answer={"message_id": TEXT, "session": TEXT},
+))
 def write_message(session_id: str) -> ResponseReturnValue:
     message = conversations.write_as_user(runtime(), session_id, body())
     return ok(message_id=message.id, session=message.session_id), 201
@@ -122,7 +129,10 @@ def revoke_tokens(session_id: str) -> ResponseReturnValue:
 
 
 @blueprint.patch("/sessions/<session_id>")
-@described(owner("Change a session's title, mode, group, switch and remembered Allows", body=conversations.SESSION_CHANGES, answer={"session": OBJECT}))
+@described(owner(
+    "Change a session's title, mode, group, switch and remembered Allows",
+    body=conversations.SESSION_CHANGES, answer={"session": OBJECT},
+))
 def change_session(session_id: str) -> ResponseReturnValue:
     session = conversations.change_session_settings(runtime(), session_id, body())
     return ok(session=conversations.session_view(session))
@@ -211,7 +221,10 @@ def get_provider(name: str) -> ResponseReturnValue:
 
 
 @blueprint.put("/providers/<name>")
-@described(owner("Create or replace a provider's configuration", body=provider_settings.FIELDS, answer={"provider": OBJECT, "modelNote": TEXT}))
+@described(owner(
+    "Create or replace a provider's configuration",
+    body=provider_settings.FIELDS, answer={"provider": OBJECT, "modelNote": TEXT},
+))
 def put_provider(name: str) -> ResponseReturnValue:
     """Create or replace a provider's configuration; models are discovered when not listed."""
     row, note = providers.save_provider(runtime(), name, body())
