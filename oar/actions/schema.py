@@ -56,6 +56,27 @@ def arguments_schema(spec: ActionSpec) -> dict[str, Any]:
     return schema
 
 
+def call_schema(spec: ActionSpec) -> dict[str, Any]:
+    """The JSON Schema of one whole call of an action: `action` as a constant, then its arguments."""
+    arguments = arguments_schema(spec)
+    schema: dict[str, Any] = {
+        "type": "object",
+        "title": spec.name,
+        "description": spec.summary,
+        "properties": {"action": {"const": spec.name}, **arguments["properties"]},
+        "required": ["action", *arguments.get("required", [])],
+    }
+    for key in ("anyOf", "additionalProperties"):
+        if key in arguments:
+            schema[key] = arguments[key]
+    return schema
+
+
+def call_schemas() -> dict[str, dict[str, Any]]:
+    """Every action's call schema, in reading order (the OpenAPI document's request bodies)."""
+    return {spec.name: call_schema(spec) for spec in ordered_actions()}
+
+
 def action_schemas() -> dict[str, dict[str, Any]]:
     """Every action's arguments schema, in reading order."""
     return {spec.name: arguments_schema(spec) for spec in ordered_actions()}

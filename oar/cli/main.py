@@ -11,6 +11,9 @@ from typing import Any
 from oar.core import logs
 from oar.core.config import from_environment
 
+# `--revoke` given without a token: every token of `--session`.
+ALL_TOKENS = "<all>"
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="oar", description="OAR Relay")
@@ -20,9 +23,13 @@ def main(argv: list[str] | None = None) -> int:
     worker.add_argument("--processes", type=int, default=None)
     commands.add_parser("clock", help="the reconciler loop")
     commands.add_parser("migrate", help="apply database migrations")
-    token = commands.add_parser("token", help="mint a token")
+    token = commands.add_parser("token", help="mint or revoke a token")
     token.add_argument("--owner", action="store_true", help="replace the owner token")
-    token.add_argument("--session", help="a new agent token for this session id")
+    token.add_argument("--session", help="a new agent token for this session id (with --revoke: revoke all of its tokens)")
+    token.add_argument(
+        "--revoke", nargs="?", const=ALL_TOKENS, metavar="TOKEN",
+        help="revoke this agent token, or with --session and no TOKEN every token of that session",
+    )
     # `oar call --help` and `oar call <action> --help` are generated from the action registry.
     call = commands.add_parser("call", help="call relay_tool: oar call <action> key=value…", add_help=False)
     call.add_argument(
@@ -56,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "migrate":
         return _migrate()
     if args.command == "token":
+        if args.revoke is not None:
+            return _revoke(args.revoke, args.session)
         return _token(args.owner, args.session)
     if args.command == "mcp":
         from oar.cli.mcp_stdio import main as serve_mcp
@@ -100,6 +109,37 @@ def _token(owner: bool, session_id: str | None) -> int:
             print(f"oar token: {error.message}", file=sys.stderr)
             return 1
     print(token)
+    return 0
+
+
+def _revoke(token: str, session_id: str | None) -> int:
+    """`oar token --revoke TOKEN` or `oar token --session ID --revoke`: the token's (or tokens')
+    next call is refused with 401."""
+    from oar.core.db import database, open_database
+    from oar.core.errors import ActionError
+    from oar.core.runtime import Runtime
+    from oar.owner.conversations import revoke_token, revoke_tokens
+
+    if token == ALL_TOKENS and not session_id:
+        print("oar token: give --revoke <token>, or --session <id> --revoke for all of a session's tokens", file=sys.stderr)
+        return 2
+    if token != ALL_TOKENS and session_id:
+        print("oar token: give either a token to revoke or --session, not both", file=sys.stderr)
+        return 2
+    config = from_environment()
+    open_database(config)
+    runtime = Runtime(config, needs_redis=False)
+    with database.connection_context():
+        try:
+            if token == ALL_TOKENS and session_id:
+                session, revoked = revoke_tokens(runtime, session_id)
+                print(f"revoked {revoked} agent token{'' if revoked == 1 else 's'} of session {session.id}")
+            else:
+                session = revoke_token(runtime, token)
+                print(f"revoked an agent token of session {session.id}")
+        except ActionError as error:
+            print(f"oar token: {error.message}", file=sys.stderr)
+            return 1
     return 0
 
 

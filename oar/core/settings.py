@@ -12,6 +12,7 @@ from oar.core import defaults
 from oar.core.config import Config
 from oar.core.db import write_transaction
 from oar.core.errors import invalid
+from oar.core.fields import Param
 from oar.core.models import Setting
 
 OWNER_TOKEN_HASH_KEY = "owner_token_hash"
@@ -50,19 +51,39 @@ def _roots(name: str, value: Any) -> list[str]:
     return roots
 
 
-VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
-    "agent_sessions_enabled": _bool,
-    "max_wait_seconds": _int_in(*defaults.MAX_WAIT_SECONDS_RANGE),
-    "max_turn_seconds": _int_in(60, 86_400),
-    "quiet_after_minutes": _int_in(1, 1440),
-    "accept_agent_prompts": _bool,
-    "allow_shell_tasks": _bool,
-    "shell_tasks_via_shell": _bool,
-    "allowed_roots": _roots,
-    "relay_name": _name,
-    "rate_calls_per_minute": _int_in(0, 100_000),
-    "rate_writes_per_minute": _int_in(0, 100_000),
+# The settings as declared fields: the owner API's PATCH body in the OpenAPI document, and the
+# ranges the checks below enforce (docs/owner-api.md#settings).
+FIELDS: dict[str, Param] = {
+    "agent_sessions_enabled": Param("bool", description="agents may start and use sessions on this relay"),
+    "max_wait_seconds": Param(
+        "int", minimum=defaults.MAX_WAIT_SECONDS_RANGE[0], maximum=defaults.MAX_WAIT_SECONDS_RANGE[1],
+        description="the longest wait per tool call",
+    ),
+    "max_turn_seconds": Param("int", minimum=60, maximum=86_400, description="a turn's own time limit"),
+    "quiet_after_minutes": Param("int", minimum=1, maximum=1440, description="task health's quiet threshold"),
+    "accept_agent_prompts": Param("bool", description="accept prompts from other relays' agents"),
+    "allow_shell_tasks": Param("bool", description="sessions may run background commands"),
+    "shell_tasks_via_shell": Param("bool", description="run task commands with /bin/sh -c"),
+    "allowed_roots": Param("list", items=Param("str"), description="absolute folder paths sessions may work in"),
+    "relay_name": Param("str", max_length=100, description="the relay's name, 1 to 100 characters"),
+    "rate_calls_per_minute": Param("int", minimum=0, maximum=100_000, description="0: no limit"),
+    "rate_writes_per_minute": Param("int", minimum=0, maximum=100_000, description="0: no limit"),
 }
+
+
+def _validator(name: str, param: Param) -> Callable[[str, Any], Any]:
+    if name == "allowed_roots":
+        return _roots
+    if name == "relay_name":
+        return _name
+    if param.kind == "bool":
+        return _bool
+    if param.kind == "int" and param.minimum is not None and param.maximum is not None:
+        return _int_in(param.minimum, param.maximum)
+    raise ValueError(f"setting {name} has no check")
+
+
+VALIDATORS: dict[str, Callable[[str, Any], Any]] = {name: _validator(name, param) for name, param in FIELDS.items()}
 
 
 def default_settings(config: Config) -> dict[str, Any]:

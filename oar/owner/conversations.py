@@ -38,6 +38,8 @@ NEW_SESSION = {
     "text": Param("str", max_length=defaults.MAX_PROMPT_CHARS),
 }
 
+NEW_MESSAGE = {"text": TEXT}
+
 SESSION_CHANGES = {
     "may_create_sessions": Param("bool"),
     "title": TITLE,
@@ -114,7 +116,7 @@ def read_session(runtime: Runtime, session_id: str) -> tuple[Session, list[dict[
 
 def write_as_user(runtime: Runtime, session_id: str, payload: dict[str, Any]) -> Message:
     """The user writes in the conversation: a turn, and the loop count starts over."""
-    args, _ = check_fields("write", {"text": TEXT}, payload, strict=True, nothing="Nothing was sent.")
+    args, _ = check_fields("write", NEW_MESSAGE, payload, strict=True, nothing="Nothing was sent.")
     session = owner_session(runtime, session_id)
     if session.archived:
         raise not_found(f"Session {session.id[:8]} is archived. Nothing was sent.")
@@ -133,6 +135,24 @@ def issue_token(runtime: Runtime, session_id: str) -> tuple[Session, str]:
     with write_transaction():
         token = sessions.issue_token(session)
     return session, token
+
+
+def revoke_tokens(runtime: Runtime, session_id: str) -> tuple[Session, int]:
+    """Revoke every agent token of a session: each one's next call is refused (401). The
+    session itself is untouched; a new token comes from `issue_token`."""
+    session = owner_session(runtime, session_id)
+    with write_transaction():
+        revoked = sessions.revoke_tokens(session)
+    return session, revoked
+
+
+def revoke_token(runtime: Runtime, token: str) -> Session:
+    """Revoke one agent token, given as the token itself."""
+    with write_transaction():
+        session = sessions.revoke_token(token.strip())
+    if session is None:
+        raise not_found("That is not an agent token on this relay (or it was revoked already). Nothing was changed.")
+    return session
 
 
 def change_session_settings(runtime: Runtime, session_id: str, payload: dict[str, Any]) -> Session:

@@ -78,6 +78,21 @@ def issue_token(session: Session) -> str:
     return token
 
 
+def revoke_token(token: str) -> Session | None:
+    """Forget one agent token (its next call is refused); the session it belonged to, or None
+    when no such token exists."""
+    row = AgentToken.get_or_none(AgentToken.token_hash == ids.hash_token(token))
+    if row is None:
+        return None
+    AgentToken.delete().where(AgentToken.token_hash == row.token_hash).execute()
+    return Session.get_by_id(row.session_id)
+
+
+def revoke_tokens(session: Session) -> int:
+    """Forget every agent token of a session; how many there were."""
+    return AgentToken.delete().where(AgentToken.session == session.id).execute()
+
+
 def session_by_token(token: str) -> Session | None:
     row = (
         AgentToken.select(AgentToken, Session)

@@ -71,7 +71,7 @@ def create_app(config: Config | None = None) -> Flask:
         }
         return jsonify(body), 500
 
-    from oar.web import api, external, health, mcp, owner, page
+    from oar.web import api, external, health, mcp, openapi, owner, page
 
     app.register_blueprint(page.blueprint)
     app.register_blueprint(api.blueprint)
@@ -79,6 +79,7 @@ def create_app(config: Config | None = None) -> Flask:
     app.register_blueprint(external.blueprint)
     app.register_blueprint(health.blueprint)
     app.register_blueprint(mcp.blueprint)
+    app.register_blueprint(openapi.blueprint)
     return app
 
 

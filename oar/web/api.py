@@ -10,19 +10,28 @@ from flask.typing import ResponseReturnValue
 
 from oar.actions.context import CallContext
 from oar.actions.dispatch import dispatch
+from oar.actions.schema import call_schemas
 from oar.background import task_views, tasks
-from oar.core.errors import invalid
+from oar.core.errors import STATUS_BY_CODE, invalid
 from oar.core.fields import Param, check_fields
 from oar.core.models import Task
 from oar.core.timeutil import utcnow
 from oar.core.waiting import CallerWatch, watched_by
 from oar.web import runtime
 from oar.web.auth import require_agent
+from oar.web.described import OBJECT, SESSION, TEXT, TEXTS, Operation, described
 
 blueprint = Blueprint("api", __name__)
 
 
 @blueprint.post("/api/v1/relay_tool")
+@described(Operation(
+    summary="Call relay_tool: one action and its arguments (docs/calling.md)", caller=SESSION, tag="agents",
+    body_choices=call_schemas, choose_by="action", strict=False,
+    answer={"relay": TEXT, "summary": TEXT, "ignored": TEXTS},
+    # Every refusal an action can give (docs/errors.md); 500 is never meant to happen.
+    errors=tuple(sorted({status for status in STATUS_BY_CODE.values() if status < 500} | {502})),
+))
 def relay_tool() -> ResponseReturnValue:
     caller = require_agent()
     try:
@@ -65,6 +74,10 @@ TASK_FIELDS = {
 
 
 @blueprint.post("/api/v1/tasks")
+@described(Operation(
+    summary="Start a background task of the calling session", caller=SESSION, tag="tasks", body=TASK_FIELDS,
+    status=201, answer={"task": OBJECT}, errors=(400, 403, 409, 429),
+))
 def start_task() -> ResponseReturnValue:
     caller = require_agent()
     body = request.get_json(force=True, silent=True)
@@ -78,6 +91,10 @@ def start_task() -> ResponseReturnValue:
 
 
 @blueprint.post("/api/v1/tasks/<task_id>/stop")
+@described(Operation(
+    summary="Ask one of the calling session's tasks to stop", caller=SESSION, tag="tasks",
+    answer={"taskId": TEXT, "stopRequested": {"type": "boolean"}, "status": TEXT}, errors=(400, 403, 404),
+))
 def stop_task(task_id: str) -> ResponseReturnValue:
     caller = require_agent()
     task = tasks.find(caller, task_id, runtime().relay_name(), "Nothing was stopped.")

@@ -19,11 +19,13 @@ from oar.core.statuses import LIVE_TURN
 from oar.turns import external
 from oar.web import runtime
 from oar.web.auth import require_agent
+from oar.web.described import MAYBE_OBJECT, SESSION, TEXT, Operation, described
 
 blueprint = Blueprint("external", __name__, url_prefix="/api/v1/external")
 
 # The longest long poll.
 MAX_POLL_SECONDS = 60
+NEXT_QUERY = {"wait_seconds": Param("int", minimum=0, maximum=MAX_POLL_SECONDS, description="seconds to wait (default 30)")}
 POST_FIELDS = {
     "text": Param("str", max_length=100_000),
     "activity": Param("str", max_length=500),
@@ -42,6 +44,10 @@ def _external_session() -> Session:
 
 
 @blueprint.get("/next")
+@described(Operation(
+    summary="Long-poll for the next turn of an external agent's session", caller=SESSION, tag="external",
+    query=NEXT_QUERY, answer={"turn": MAYBE_OBJECT}, errors=(400,),
+))
 def next_turn() -> ResponseReturnValue:
     session = _external_session()
     try:
@@ -58,6 +64,10 @@ def next_turn() -> ResponseReturnValue:
 
 
 @blueprint.post("/turns/<turn_id>")
+@described(Operation(
+    summary="Stream an external agent's reply into its turn", caller=SESSION, tag="external", body=POST_FIELDS,
+    answer={"stop": {"type": "boolean"}, "status": TEXT}, errors=(400, 404),
+))
 def post_to_turn(turn_id: str) -> ResponseReturnValue:
     session = _external_session()
     body = request.get_json(force=True, silent=True)

