@@ -68,6 +68,7 @@ STATUS_TEXT = {
     409: "A limit or a busy session",
     413: "The body is larger than the relay takes",
     429: "Rate limited",
+    499: "The caller stopped waiting (nobody reads this answer; what the call started goes on)",
     502: "A relay that could not be reached",
     503: "The relay is not ready (what is missing is listed)",
 }
