@@ -266,3 +266,19 @@ def test_a_client_that_goes_away_ends_the_waiting_call(relay: Relay, desk: Agent
     poll("the call's thread ends", lambda: not any(t.name == "mcp-call" for t in threading.enumerate()), seconds=20)
     assert not [record for record in caplog.records if record.levelname == "ERROR"]
     desk.ok("stop", relay="this", session=session_id)
+
+
+def test_a_client_that_cuts_a_call_waiting_on_its_card_gets_nothing_done(relay: Relay) -> None:
+    """An MCP client's own timeout (no progress token) cuts a call that waits for the owner: the relay sees
+    the connection close, keeps the first-create card for the owner and creates nothing."""
+    ops = relay.conversation("ops", approvals=())
+    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "relay_tool", "arguments": {"action": "create_session", "relay": "this", "text": "x"}}}
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+               "Authorization": f"Bearer {ops.token}"}
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        requests.post(f"{relay.url}/mcp", data=json.dumps(call), headers=headers, timeout=1.0)
+    kept = poll("the card marked stopped waiting", lambda: next(
+        (c for c in relay.owner.get("/api/v1/owner/inbox")["cards"] if c["stoppedWaiting"]), None))
+    assert kept["reason"] == "create_sessions" and kept["session"]["id"] == ops.session_id
+    assert [s["id"] for s in relay.owner.get("/api/v1/owner/sessions")["sessions"]] == [ops.session_id]

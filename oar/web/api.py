@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-from typing import Any
-
 from flask import Blueprint, jsonify, request
 from flask.typing import ResponseReturnValue
 
@@ -16,9 +13,10 @@ from oar.core.errors import STATUS_BY_CODE, invalid
 from oar.core.fields import Param, check_fields
 from oar.core.models import Task
 from oar.core.timeutil import utcnow
-from oar.core.waiting import CallerWatch, watched_by
+from oar.core.waiting import watched_by
 from oar.web import runtime
 from oar.web.auth import require_agent
+from oar.web.connection import connection_watch
 from oar.web.described import OBJECT, SESSION, TEXT, TEXTS, Operation, described
 
 blueprint = Blueprint("api", __name__)
@@ -41,27 +39,6 @@ def relay_tool() -> ResponseReturnValue:
     with watched_by(connection_watch(request.environ)):
         status, body = dispatch(CallContext(runtime=runtime(), caller=caller, via="http"), payload)
     return jsonify(body), status
-
-
-def connection_watch(environ: dict[str, Any]) -> CallerWatch:
-    """Sees an HTTP caller go away while its call waits: the request's socket (gunicorn's and
-    werkzeug's servers put it in the environ), peeked without blocking, reads end-of-file once the
-    client closed the connection. Where there is no plain socket to peek (TLS ends in the server,
-    another WSGI server), nothing is seen here and a turnless card lives on its lease."""
-    sock = environ.get("gunicorn.socket") or environ.get("werkzeug.socket")
-    if type(sock) is not socket.socket:  # absent, or an SSLSocket (it cannot peek)
-        return CallerWatch()
-    return CallerWatch(gone=lambda: _closed(sock), every_seconds=1.0)
-
-
-def _closed(sock: socket.socket) -> bool:
-    try:
-        # The body was read before the call ran; a closed connection reads b"", a pipelined request data.
-        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-    except (BlockingIOError, InterruptedError):
-        return False  # open, nothing sent
-    except OSError:
-        return True  # reset, or the socket is gone
 
 
 # An agent's own background tasks (README "Background tasks"). Same token, same JSON shape;

@@ -27,6 +27,7 @@ from oar.core.runtime import Runtime
 from oar.core.waiting import CallerWatch, watched_by
 from oar.web import mcp_wire, runtime
 from oar.web.auth import require_agent
+from oar.web.connection import connection_watch
 from oar.web.mcp_wire import WireError
 
 blueprint = Blueprint("mcp", __name__)
@@ -105,7 +106,10 @@ def answer(caller: Session, message: mcp_wire.Message, version: str) -> Response
             if call.progress_token is not None and accepts_event_stream():
                 return streamed_call(runtime(), caller, call.arguments, call.progress_token, version, request_id)
             ctx = mcp_context(runtime(), caller, capped=True)
-            _status, body = dispatch(ctx, call.arguments)
+            # A client that cut the call (its own timeout) is seen going away: a card it waited on
+            # is kept or withdrawn, and nothing is done for it.
+            with watched_by(connection_watch(request.environ)):
+                _status, body = dispatch(ctx, call.arguments)
             return jsonify(mcp_wire.result(request_id, mcp_wire.tool_result(body, version)))
     except WireError as error:
         raise WireError(error.code, error.message, request_id) from None
