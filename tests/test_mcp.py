@@ -282,3 +282,20 @@ def test_a_client_that_cuts_a_call_waiting_on_its_card_gets_nothing_done(relay: 
         (c for c in relay.owner.get("/api/v1/owner/inbox")["cards"] if c["stoppedWaiting"]), None))
     assert kept["reason"] == "create_sessions" and kept["session"]["id"] == ops.session_id
     assert [s["id"] for s in relay.owner.get("/api/v1/owner/sessions")["sessions"]] == [ops.session_id]
+
+
+def test_a_card_wait_without_a_progress_token_answers_before_the_clients_timeout(relay: Relay) -> None:
+    """Without progress the client would cut the call at its own timeout: at the MCP cap the agent is
+    told that the card waits for the owner, and the owner's Allow lets its next call through."""
+    ops = relay.conversation("ops", approvals=())
+
+    async def create(session: ClientSession) -> dict[str, Any]:
+        return relay_json(await session.call_tool("relay_tool", {"action": "create_session", "relay": "this", "text": "x"}))
+
+    body = with_session(relay, ops.token, create)
+    assert body["code"] == "REMOTE_RELAY_APPROVAL_DENIED" and "waits for the owner in the Inbox" in body["error"], body
+    kept = [c for c in relay.owner.get("/api/v1/owner/inbox")["cards"] if c["stoppedWaiting"]]
+    assert [c["reason"] for c in kept] == ["create_sessions"]
+    relay.owner.post(f"/api/v1/owner/cards/{kept[0]['id']}", {"decision": "allow"})
+    assert with_session(relay, ops.token, create)["status"] == "done"
+

@@ -66,6 +66,10 @@ class Asker(Protocol):
     def can_wait(self) -> bool:
         """Whether someone waits on this call's answer, so it can be its own live turn."""
         ...
+    @property
+    def max_wait_seconds(self) -> int | None:
+        """How long the caller waits at most (an MCP client without progress cuts a call at 60 s)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -118,7 +122,10 @@ def approve(ctx: Asker, request: Request) -> None:
             f"the owner's answer. {request.nothing}".strip(),
         )
     card = _create(ctx, caller, turn, request, reasons)
-    outcome = _await(ctx.runtime, card.id, turn.id if turn is not None else None)
+    # A waiting call that is its own live turn waits as long as its caller does; the card stays
+    # for the owner (or is withdrawn) as when the caller goes away.
+    outcome = _await(ctx.runtime, card.id, turn.id if turn is not None else None,
+                     seconds=ctx.max_wait_seconds if turn is None else None)
     if outcome == CardStatus.ALLOWED:
         return
     raise _refusal(card, outcome, request)
@@ -182,9 +189,9 @@ def _create(ctx: Asker, caller: Session, turn: Message | None, request: Request,
 STOPPED_WAITING = "stopped_waiting"
 
 
-def _await(runtime: Runtime, card_id: str, turn_id: str | None) -> str:
-    """Block until the card is decided, its turn ends (or, with no turn, its caller goes away), or it
-    expires; returns its final status (or STOPPED_WAITING)."""
+def _await(runtime: Runtime, card_id: str, turn_id: str | None, seconds: float | None = None) -> str:
+    """Block until the card is decided, its turn ends (or, with no turn, its caller goes away or
+    `seconds` pass), or it expires; returns its final status (or STOPPED_WAITING)."""
     namespace = runtime.config.namespace
     lease = runtime.time("CARD_WAITER_LEASE_SECONDS")
 
@@ -210,9 +217,11 @@ def _await(runtime: Runtime, card_id: str, turn_id: str | None) -> str:
         channels.append(keys.turn_channel(namespace, turn_id))
     # A decision and the turn's end arrive by signal; a stop, and a caller gone, are seen within the poll period.
     try:
-        return wait_on_signals(runtime, channels, look, recheck_seconds=min(runtime.time("STOP_POLL_SECONDS"), lease / 3))
+        outcome = wait_on_signals(runtime, channels, look, recheck_seconds=min(runtime.time("STOP_POLL_SECONDS"), lease / 3),
+                                  seconds=seconds)
     except CallerGone:
         return caller_gone(card_id, utcnow())
+    return caller_gone(card_id, utcnow()) if outcome == CardStatus.PENDING else outcome
 
 
 def _renew(card_id: str, until: datetime) -> None:
