@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any
 
+from oar.cli.spinner import spinning
 from oar.core import logs
 from oar.core.config import from_environment
 
@@ -192,6 +193,13 @@ def _call(action: str, pairs: list[str]) -> int:
         print("oar call: set OAR_TOKEN to a session's agent token", file=sys.stderr)
         return 2
     url = os.environ.get("OAR_URL") or from_environment().base_url
-    response = requests.post(f"{url}/api/v1/relay_tool", json=payload, headers={"Authorization": f"Bearer {token}"}, timeout=3700)
+    try:
+        with spinning(f"{action} on {url}", sys.stderr):
+            response = requests.post(
+                f"{url}/api/v1/relay_tool", json=payload, headers={"Authorization": f"Bearer {token}"}, timeout=3700
+            )
+    except requests.RequestException as error:
+        print(f"oar call: the relay at {url} did not answer: {error}", file=sys.stderr)
+        return 1
     print(json.dumps(response.json(), indent=2, ensure_ascii=False))
     return 0 if response.ok else 1
