@@ -32,21 +32,24 @@ def dispatch(ctx: CallContext, payload: Any) -> tuple[int, dict[str, Any]]:
     except ActionError as error:
         return error.status, error.to_dict()
     except CallerGone:  # nobody reads this answer; what the call started goes on
+        log.info("relay_tool %s: the caller stopped waiting", _action_name(payload))
         gone = ActionError(
             "REMOTE_RELAY_CALLER_GONE", "The caller stopped waiting; what the call started goes on (call wait to see it)."
         )
-        log.info("relay_tool %s: the caller stopped waiting", payload.get("action") if isinstance(payload, dict) else None)
         return gone.status, gone.to_dict()
     except Exception:
         reference = secrets.token_hex(4)
-        action_name = payload.get("action") if isinstance(payload, dict) else None
-        log.exception("relay_tool %s failed (log reference %s)", action_name, reference)
+        log.exception("relay_tool %s failed (log reference %s)", _action_name(payload), reference)
         internal = ActionError(
             "REMOTE_RELAY_INTERNAL",
-            f"The relay failed while running {action_name or 'the call'} (log reference {reference}). "
+            f"The relay failed while running {_action_name(payload) or 'the call'} (log reference {reference}). "
             "Its changes were rolled back.",
         )
         return internal.status, internal.to_dict()
+
+
+def _action_name(payload: Any) -> Any:
+    return payload.get("action") if isinstance(payload, dict) else None
 
 
 def _run(ctx: CallContext, payload: Any) -> dict[str, Any]:
