@@ -299,3 +299,28 @@ def test_a_card_wait_without_a_progress_token_answers_before_the_clients_timeout
     relay.owner.post(f"/api/v1/owner/cards/{kept[0]['id']}", {"decision": "allow"})
     assert with_session(relay, ops.token, create)["status"] == "done"
 
+
+
+def test_a_card_wait_and_the_reply_wait_share_one_mcp_cap(relay: Relay) -> None:
+    """Without progress the whole call must answer before the client's timeout: the time the call spent
+    waiting for its card comes off the wait for the new session's reply (a cap per wait would let a
+    card and then a reply take up to twice the cap)."""
+    ops = relay.conversation("ops", approvals=())
+
+    async def create(session: ClientSession) -> dict[str, Any]:
+        return relay_json(await session.call_tool(
+            "relay_tool", {"action": "create_session", "relay": "this", "text": "x", "wait_seconds": 600}))
+
+    answer: dict[str, Any] = {}
+    call = threading.Thread(target=lambda: answer.update(with_session(relay, ops.token, create)))
+    call.start()
+    try:
+        card = poll("the card of the MCP call", lambda: next(
+            (c for c in relay.owner.get("/api/v1/owner/inbox")["cards"] if c["session"]["id"] == ops.session_id), None))
+        relay.owner.post(f"/api/v1/owner/cards/{card['id']}", {"decision": "allow"})
+    finally:
+        call.join(60)
+    assert answer.get("ok") is True, answer
+    note = answer.get("note", "")
+    assert "instead of 600 s" in note, json.dumps(answer)
+    assert int(note.split("waited ")[1].split(" s")[0]) < MCP_CAP, note

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -68,15 +70,28 @@ class CallContext:
     now: datetime = field(default_factory=utcnow)
     # The approval reasons the running action declares (its spec's `approval`, set when it runs).
     approval: tuple[str, ...] = ()
-    # A cap on this call's waits below the owner's `max_wait_seconds` (None: none): an MCP call
-    # without a progress token, which its client would cut after 60 s; and why, for the note.
-    max_wait_seconds: int | None = None
+    # When this call's waits must end, below the owner's `max_wait_seconds` (a `time.monotonic()`
+    # deadline; None: none): an MCP call without a progress token, which its client would cut after
+    # 60 s; and why, for the note. One deadline for the whole call, so a card's wait and then the
+    # reply's share it.
+    wait_until: float | None = None
     max_wait_reason: str = ""
     _settings: dict[str, Any] | None = None
     calling: Caller = field(init=False)
 
     def __post_init__(self) -> None:
         self.calling = Caller.local(self.caller, self.turn)
+
+    def cap_waits(self, seconds: int, reason: str) -> None:
+        self.wait_until = time.monotonic() + seconds
+        self.max_wait_reason = reason
+
+    @property
+    def max_wait_seconds(self) -> int | None:
+        """Whole seconds left before the call's deadline (None: no deadline but the owner's cap)."""
+        if self.wait_until is None:
+            return None
+        return max(0, math.floor(self.wait_until - time.monotonic()))
 
     @property
     def settings(self) -> dict[str, Any]:

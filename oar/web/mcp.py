@@ -126,10 +126,9 @@ def mcp_context(rt: Runtime, caller: Session, *, capped: bool) -> CallContext:
     ctx = CallContext(runtime=rt, caller=caller, via="mcp")
     if capped:
         seconds = int(rt.time("MCP_MAX_WAIT_SECONDS"))
-        ctx.max_wait_seconds = seconds
-        ctx.max_wait_reason = (
+        ctx.cap_waits(seconds, (
             f"MCP calls without a progressToken wait at most {seconds} s, as MCP clients cut calls after about 60 s;"
-        )
+        ))
     return ctx
 
 
