@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from oar.actions.schema import relay_tool
-from tests.support.clients import Agent
+from tests.support.clients import Agent, poll
 from tests.support.processes import PROJECT
 from tests.support.relays import FAST_TIMES, Relay
 
@@ -30,23 +30,34 @@ pytestmark = [
 ]
 
 
-def run_client(mode: str, relay: Relay, desk: Agent) -> dict[str, Any]:
+def run_client(mode: str, relay: Relay, desk: Agent) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run the client; allow the card its `create_session` waits on when it shows in the Inbox.
+    Returns what the client printed and the card as the Inbox showed it."""
     session_id = desk.ok("create_session", relay="this", text="hello", wait_seconds=30)["session"]
+    asker = relay.conversation("asker", approvals=())
     env = {
         **os.environ, "OAR_URL": relay.url, "OAR_TOKEN": desk.token, "SESSION_ID": session_id,
-        "SLEEP_SECONDS": str(MCP_CAP + 6), "TIMEOUT_MS": str(int((MCP_CAP + 3) * 1000)),
+        "CARD_TOKEN": asker.token, "SLEEP_SECONDS": str(MCP_CAP + 6), "TIMEOUT_MS": str(int((MCP_CAP + 3) * 1000)),
         "PYTHON": sys.executable, "PROJECT": str(PROJECT),
     }
-    done = subprocess.run(
-        ["node", "client.mjs", mode], cwd=CLIENT, env=env, capture_output=True, text=True, timeout=120,
+    client = subprocess.Popen(
+        ["node", "client.mjs", mode], cwd=CLIENT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    try:
+        card = poll("the card of the client's create_session", lambda: next((
+            c for c in relay.owner.get("/api/v1/owner/inbox")["cards"] if c["session"]["id"] == asker.session_id
+        ), None), seconds=90)
+        relay.owner.post(f"/api/v1/owner/cards/{card['id']}", {"decision": "allow"})
+        stdout, stderr = client.communicate(timeout=120)
+    finally:
+        client.kill()
+    assert client.returncode == 0, stderr[-3000:]
+    return json.loads(stdout.strip().splitlines()[-1]), card
 
 
 @pytest.mark.parametrize("mode", ["http", "stdio"])
 def test_the_typescript_sdk_client(mode: str, relay: Relay, desk: Agent) -> None:
-    out = run_client(mode, relay, desk)
+    out, card = run_client(mode, relay, desk)
     assert out["tools"] == [{"name": "relay_tool", "inputSchema": relay_tool().parameters}]
     assert out["listRelays"]["json"] == desk.ok("list_relays") and out["listRelays"]["isError"] is False
     assert out["listRelays"]["structured"] == out["listRelays"]["json"]
@@ -58,5 +69,9 @@ def test_the_typescript_sdk_client(mode: str, relay: Relay, desk: Agent) -> None
     assert out["progress"] >= 2 and out["streamedSeconds"] > (MCP_CAP + 3)
     assert out["capped"]["json"]["status"] in ("running", "queued")
     assert out["waited"]["json"]["status"] == "done"
+    # The card's wait ended with the owner's Allow, and the new session answered in the same call.
+    assert card["action"] == "create_session" and not card["stoppedWaiting"]
+    assert out["carded"]["isError"] is False and out["carded"]["json"]["status"] == "done", out["carded"]
+    assert out["carded"]["json"]["reply"]["text"] == "echo: carded"
     if mode == "http":
         assert out["protocolVersion"] == "2025-11-25"

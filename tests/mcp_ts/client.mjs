@@ -1,5 +1,5 @@
 // The official TypeScript MCP SDK client against the relay: `node client.mjs http|stdio`.
-// Reads OAR_URL, OAR_TOKEN, SESSION_ID (a session to prompt), SLEEP_SECONDS (a turn longer than
+// Reads OAR_URL, OAR_TOKEN, CARD_TOKEN (a conversation without Allows), SESSION_ID (a session to prompt), SLEEP_SECONDS (a turn longer than
 // the relay's MCP wait cap) and TIMEOUT_MS (the client's request timeout for the long calls);
 // prints one JSON object with what each step got, for tests/test_mcp_typescript.py to check.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -8,17 +8,21 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 
 const mode = process.argv[2];
 const env = process.env;
-const transport = mode === "stdio"
-  ? new StdioClientTransport({
-      command: env.PYTHON, args: ["-m", "oar", "mcp"], cwd: env.PROJECT,
-      env: { ...env, OAR_URL: env.OAR_URL, OAR_TOKEN: env.OAR_TOKEN }, stderr: "inherit",
-    })
-  : new StreamableHTTPClientTransport(new URL(`${env.OAR_URL}/mcp`), {
-      requestInit: { headers: { Authorization: `Bearer ${env.OAR_TOKEN}` } },
-    });
+const connect = async (token) => {
+  const transport = mode === "stdio"
+    ? new StdioClientTransport({
+        command: env.PYTHON, args: ["-m", "oar", "mcp"], cwd: env.PROJECT,
+        env: { ...env, OAR_URL: env.OAR_URL, OAR_TOKEN: token }, stderr: "inherit",
+      })
+    : new StreamableHTTPClientTransport(new URL(`${env.OAR_URL}/mcp`), {
+        requestInit: { headers: { Authorization: `Bearer ${token}` } },
+      });
+  const client = new Client({ name: "oar-ts-test", version: "1.0.0" });
+  await client.connect(transport);
+  return { client, transport };
+};
 
-const client = new Client({ name: "oar-ts-test", version: "1.0.0" });
-await client.connect(transport);
+const { client, transport } = await connect(env.OAR_TOKEN);
 const out = { protocolVersion: transport.protocolVersion ?? null };
 const body = (result) => ({ isError: result.isError ?? false, json: JSON.parse(result.content[0].text),
                             structured: result.structuredContent ?? null });
@@ -51,5 +55,12 @@ out.capped = capped;
 out.waited = body(await client.callTool({ name: "relay_tool", arguments: {
   action: "wait", relay: "this", session: env.SESSION_ID, message_id: capped.json.message_id, wait_seconds: 30 } },
   undefined, { resetTimeoutOnProgress: true, onprogress: () => {} }));
+// A conversation whose first create_session needs the owner's Allow: the call waits for its card
+// (kept alive by progress) and the test allows it in the Inbox meanwhile.
+const asker = await connect(env.CARD_TOKEN);
+out.carded = body(await asker.client.callTool({ name: "relay_tool", arguments: {
+  action: "create_session", relay: "this", text: "carded", wait_seconds: 30 } },
+  undefined, { resetTimeoutOnProgress: true, onprogress: () => {} }));
+await asker.client.close();
 await client.close();
 console.log(JSON.stringify(out));
