@@ -292,3 +292,22 @@ def test_a_link_in_the_relays_folder_to_the_database_is_never_served(relay: Rela
     with database.connection_context():
         recorded = Task.get_by_id(task["taskId"]).output_path
     assert Path(recorded).parent == output_files.agent_folder(relay.runtime, session) and Path(recorded).is_symlink()
+
+
+def test_a_file_named_only_when_the_task_ends_is_kept_under_the_same_rule(relay: Relay, desk: Agent) -> None:
+    configure(relay)
+    done = desk.ok("create_session", relay="this", provider="coder", text="hello", wait_seconds=30)
+    session, turn = done["session"], done["message_id"]
+    late = output_files.agent_folder(relay.runtime, session) / "late.output"
+    late.write_text("late line\n")  # the folder exists: the relay made it for the turn
+    with database.connection_context():
+        outside = tasks.record_reported(relay.runtime, session, turn, description="outside")
+        tasks.end_reported(relay.runtime, outside.id, "completed", None, str(relay.config.sqlite_path))
+        inside = tasks.record_reported(relay.runtime, session, turn, description="inside")
+        tasks.end_reported(relay.runtime, inside.id, "completed", None, str(late))
+        assert Task.get_by_id(outside.id).output_path is None
+    assert desk.ok("read_task_output", relay="this", session=session, task_id=inside.id)["tail"] == ["late line"]
+    ended = CliLineParser()
+    ended.reported.add("t1")
+    line = {"type": "system", "subtype": "task_notification", "task_id": "t1", "status": "completed", "output_file": str(late)}
+    assert ended.feed(json.dumps(line)) == [TaskEnded("t1", "completed", None, str(late))]
