@@ -3,12 +3,14 @@ folding, credential masking, test counts from real runner transcripts, stall."""
 
 from __future__ import annotations
 
+import os
 import re
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from oar.background.output_files import OutputRefused, open_inside
 from oar.background.task_output import Window, clean, detect_counts, fold, mask, read_window, render, stall
 
 FIXTURES = Path(__file__).parent / "fixtures" / "task_output"
@@ -174,3 +176,32 @@ def test_stall_says_how_long_the_output_has_been_quiet() -> None:
         "quiet": False, "quietAfterMinutes": 10,
     }
     assert stall(now - timedelta(minutes=10), now, 10)["quiet"] is True
+
+
+# Opening an agent's output file (docs/tasks.md#agent-output-files) ------------------------------------------
+
+
+def test_only_a_regular_file_inside_the_folder_is_opened_and_no_link_is_followed(tmp_path: Path) -> None:
+    secret = tmp_path / "oar.db"
+    secret.write_text("the relay's database\n")
+    folder = tmp_path / "agent-tasks" / "s1"
+    (folder / "claude" / "tasks").mkdir(parents=True)
+    good = folder / "claude" / "tasks" / "b1.output"
+    good.write_text("3 passed\n")
+    with open_inside(folder, str(good)) as handle:
+        assert read_window(handle, 10).text == "3 passed\n"
+    (folder / "link.output").symlink_to(secret)
+    (folder / "up").symlink_to(tmp_path)
+    os.mkfifo(folder / "pipe.output")
+    for path in (folder / "link.output", folder / "up" / "oar.db", folder / "pipe.output", folder / "claude"):
+        with pytest.raises(OutputRefused):
+            open_inside(folder, str(path))
+    for outside in (secret, folder / ".." / ".." / "oar.db", folder):
+        with pytest.raises(OutputRefused):
+            open_inside(folder, str(outside))
+    good.unlink()
+    good.symlink_to(secret)  # swapped for a link after it was reported
+    with pytest.raises(OutputRefused):
+        open_inside(folder, str(good))
+    with pytest.raises(FileNotFoundError):
+        open_inside(folder, str(folder / "never-written.output"))

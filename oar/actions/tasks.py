@@ -6,11 +6,12 @@ from typing import Any
 
 from oar.actions.context import CallContext
 from oar.actions.registry import action
-from oar.background import task_output, task_views, tasks
+from oar.background import output_files, task_output, task_views, tasks
 from oar.core import defaults
 from oar.core.errors import not_found
 from oar.core.fields import Param
 from oar.core.models import Task
+from oar.core.runtime import Runtime
 from oar.core.shapes import RELAY, SESSION
 from oar.core.statuses import TaskStatus
 from oar.core.timeutil import iso
@@ -19,6 +20,15 @@ from oar.sessions import sessions
 NOTE_TAIL_ONLY = "Only the last lines of this task's output were kept by the agent that ran it; earlier output is not available."
 NOTE_GONE = "The task's output file is gone (removed or never written); only the task's status is known."
 NOTE_STARTING = "The task is starting and has written no output yet; call read_task_output again in a few seconds."
+# docs/tasks.md#agent-output-files
+NOTE_REFUSED = (
+    "The task's output file is not a regular file inside the relay's folder for this session's agent tasks "
+    "(a link, or something other than a file), so the relay does not read it."
+)
+NOTE_AGENT_NO_FILE = (
+    "The agent named no output file inside the relay's folder for this session's agent tasks (or its output is "
+    "past the time it is kept); the relay reads no file elsewhere, so only the task's status is known."
+)
 
 
 @action("read_task_output",
@@ -60,7 +70,7 @@ def read_task_output(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         result["task"]["endedAt"] = iso(task.ended_at)
     if task.error:
         result["task"]["error"] = task.error
-    tail = _tail(task, lines, result)
+    tail = _tail(ctx.runtime, task, lines, result)
     if tail is not None:
         result["tail"] = tail.lines
         result["truncated"] = tail.truncated
@@ -73,11 +83,14 @@ def read_task_output(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _tail(task: Task, lines: int, result: dict[str, Any]) -> task_output.Tail | None:
+def _tail(runtime: Runtime, task: Task, lines: int, result: dict[str, Any]) -> task_output.Tail | None:
     """The console lines of the output file, or of the kept tail; sets `note` when partial."""
     if task.output_path:
         try:
-            return task_output.render(task_output.read_window(task.output_path, lines), lines)
+            return task_output.render(task_output.read_window(output_files.open_output(runtime, task), lines), lines)
+        except output_files.OutputRefused:
+            result["note"] = NOTE_REFUSED
+            return None
         except FileNotFoundError:
             if task.status == TaskStatus.RUNNING and task.heartbeat_at is None:
                 result["note"] = NOTE_STARTING
@@ -86,7 +99,7 @@ def _tail(task: Task, lines: int, result: dict[str, Any]) -> task_output.Tail | 
         result["note"] = NOTE_TAIL_ONLY
         window = task_output.Window(text=task.output_tail, at_start=False, size=len(task.output_tail))
         return task_output.render(window, lines)
-    result["note"] = NOTE_GONE
+    result["note"] = NOTE_AGENT_NO_FILE if task.command is None else NOTE_GONE
     return None
 
 

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, BinaryIO
 
 from oar.core.timeutil import iso
 
@@ -41,10 +41,12 @@ class Window:
     size: int  # the file's size in bytes
 
 
-def read_window(path: str | os.PathLike[str], want_lines: int, max_bytes: int = WINDOW_MAX_BYTES) -> Window:
-    """The last lines of a file, read backwards in blocks until `want_lines` console lines
-    (after folding) exist or `max_bytes` were read. Raises FileNotFoundError."""
-    with open(path, "rb") as handle:
+def read_window(source: str | os.PathLike[str] | BinaryIO, want_lines: int, max_bytes: int = WINDOW_MAX_BYTES) -> Window:
+    """The last lines of a file (a path, or a file opened for reading, which is closed), read
+    backwards in blocks until `want_lines` console lines (after folding) exist or `max_bytes`
+    were read. Raises FileNotFoundError."""
+    handle = open(source, "rb") if isinstance(source, (str, os.PathLike)) else source  # noqa: SIM115 - closed below
+    with handle:
         size = handle.seek(0, os.SEEK_END)
         start = size
         chunks: list[bytes] = []

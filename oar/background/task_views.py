@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from oar.background import task_output
+from oar.background import output_files, task_output
 from oar.core.models import Task
 from oar.core.runtime import Runtime
 from oar.core.statuses import TaskStatus
@@ -45,11 +45,11 @@ def shown_for(runtime: Runtime, session_ids: Iterable[str], now: datetime) -> di
     for task in rows:
         if quiet_after is None:
             quiet_after = runtime.settings()["quiet_after_minutes"]
-        shown.setdefault(task.session_id, []).append(entry(task, now, quiet_after))
+        shown.setdefault(task.session_id, []).append(entry(runtime, task, now, quiet_after))
     return shown
 
 
-def entry(task: Task, now: datetime, quiet_after_minutes: int) -> dict[str, Any]:
+def entry(runtime: Runtime, task: Task, now: datetime, quiet_after_minutes: int) -> dict[str, Any]:
     item: dict[str, Any] = {
         "taskId": task.id,
         "description": task.description,
@@ -65,7 +65,7 @@ def entry(task: Task, now: datetime, quiet_after_minutes: int) -> dict[str, Any]
         last_output = last_output_time(task)
         item["health"] = task_output.stall(last_output, now, quiet_after_minutes)
         with contextlib.suppress(OSError):
-            window = task_output.read_window(task.output_path, 200, max_bytes=256 * 1024)
+            window = task_output.read_window(output_files.open_output(runtime, task), 200, max_bytes=256 * 1024)
             counts = task_output.detect_counts(task_output.clean(window.text))
             if counts:
                 item["counts"] = counts
@@ -73,10 +73,11 @@ def entry(task: Task, now: datetime, quiet_after_minutes: int) -> dict[str, Any]
 
 
 def last_output_time(task: Task) -> datetime:
-    """The output file's modification time (the heartbeat copies it to the row), else the row's."""
+    """The output file's modification time (the heartbeat copies it to the row), else the row's.
+    A link is not followed (only its own time shows): docs/tasks.md#agent-output-files."""
     if task.output_path is not None:
         with contextlib.suppress(OSError):
-            return _utc_from_timestamp(os.stat(task.output_path).st_mtime)
+            return _utc_from_timestamp(os.lstat(task.output_path).st_mtime)
     return task.last_output_at or task.started_at
 
 

@@ -7,22 +7,22 @@ owner setting `allow_shell_tasks` is off), asking it to stop, and recording its 
 
 A task an agent reports running itself (a cli agent's background command or subagent) is
 recorded too, without a command: no worker claims, runs, kills or re-runs it, its output
-file is the agent's (read, never deleted), and it ends when the agent says so or when the
-turn that reported it is over (`record_reported`, `end_reported`).
+file is the agent's (read, never deleted; only inside the session's agent folder, see
+`oar.background.output_files`), and it ends when the agent says so or when the turn that
+reported it is over (`record_reported`, `end_reported`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 import shlex
 import socket
-import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from oar.background import output_files
 from oar.core import events, jobs, keys, settings
 from oar.core.db import release_connection, write_transaction
 from oar.core.errors import ActionError, invalid, not_found
@@ -64,7 +64,7 @@ def new_id() -> str:
 
 
 def output_dir(runtime: Runtime) -> Path:
-    return runtime.config.data_dir / "tasks"
+    return output_files.relay_folder(runtime)
 
 
 def start(
@@ -129,8 +129,9 @@ def record_reported(
     """Record a background task the session's agent runs itself (never run by the relay).
 
     Not gated by `allow_shell_tasks`: the relay runs nothing. The agent's output file is
-    shown by read_task_output only when it lies in the temporary folder or the session's
-    folder, so that a report cannot make the relay read an arbitrary file.
+    kept only when it lies in the session's agent folder (docs/tasks.md#agent-output-files),
+    so that a report cannot make the relay read an arbitrary file; elsewhere the task is
+    recorded without one and read_task_output says why.
     """
     session = Session.get_by_id(session_id)
     now = utcnow()
@@ -138,7 +139,7 @@ def record_reported(
         task = Task.create(
             id=new_id(), session=session.id, description=(description.strip() or "background task")[:500],
             type=type if type in TYPES else "local_bash", command=None, shell=False, cwd=session.cwd,
-            status=TaskStatus.RUNNING, output_path=readable_output_file(output_file, session.cwd), started_by_turn=turn_id,
+            status=TaskStatus.RUNNING, output_path=output_files.accepted_agent_file(runtime, session.id, output_file), started_by_turn=turn_id,
             created_at=now, started_at=now, last_output_at=now, host=socket.gethostname(),
         )
         Session.update(last_activity_at=now).where(Session.id == session.id).execute()
@@ -146,20 +147,14 @@ def record_reported(
     return task
 
 
-def readable_output_file(path: str | None, cwd: str | None) -> str | None:
-    if not path or not os.path.isabs(path):
-        return None
-    real = os.path.realpath(path)
-    roots = [tempfile.gettempdir()] + ([cwd] if cwd else [])
-    for root in roots:
-        real_root = os.path.realpath(root)
-        if real.startswith(real_root.rstrip(os.sep) + os.sep):
-            return real
-    return None
-
-
-def end_reported(runtime: Runtime, task_id: str, status: str, note: str | None = None) -> str:
-    """The agent reported its task's end (`completed`, `failed`, `stopped`/`killed`)."""
+def end_reported(runtime: Runtime, task_id: str, status: str, note: str | None = None, output_file: str | None = None) -> str:
+    """The agent reported its task's end (`completed`, `failed`, `stopped`/`killed`), naming its
+    output file perhaps only now (kept under the same rule as in `record_reported`)."""
+    task = Task.get_or_none(Task.id == task_id)
+    if output_file and task is not None and task.output_path is None and task.command is None:
+        accepted = output_files.accepted_agent_file(runtime, task.session_id, output_file)
+        if accepted:
+            Task.update(output_path=accepted).where((Task.id == task_id) & Task.output_path.is_null()).execute()
     return finish(runtime, task_id, REPORTED_STATUSES.get(status, TaskStatus.COMPLETED), None, (note or "")[:2000] or None)
 
 

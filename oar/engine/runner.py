@@ -23,7 +23,7 @@ from oar.actions.context import CallContext
 from oar.actions.dispatch import dispatch
 from oar.actions.schema import relay_tool, system_prompt
 from oar.approvals import cards, questions
-from oar.background import tasks
+from oar.background import output_files, tasks
 from oar.core import events, ids, jobs, keys
 from oar.core.db import database, lock_rows, release_connection, write_transaction
 from oar.core.models import Message, Question, Session
@@ -44,6 +44,7 @@ from oar.providers.base import (
     TurnFailed,
     TurnRequest,
     Usage,
+    safe_agent_session_id,
 )
 from oar.turns import external
 
@@ -208,6 +209,7 @@ def execute(runtime: Runtime, turn: Message) -> None:
         cwd=session.cwd,
         thinking="inline" if session.thinking_display in ("summarized", "full") else "omit",
         agent_session_id=session.agent_session_id,
+        task_output_dir=output_files.prepare_agent_folder(runtime, session.id) if provider.writes_task_output else None,
         connect_timeout=runtime.time("PROVIDER_CONNECT_TIMEOUT_SECONDS"),
         read_timeout=runtime.time("PROVIDER_READ_TIMEOUT_SECONDS"),
         history=lambda: history_of(session.id, turn.seq),
@@ -232,8 +234,12 @@ def execute(runtime: Runtime, turn: Message) -> None:
                 usage.record(provider.name, turn.model, session.id, turn.id, event.input_tokens, event.output_tokens)
                 release_connection()
             elif isinstance(event, AgentSession):
-                Session.update(agent_session_id=event.id[:200]).where(Session.id == session.id).execute()
-                release_connection()
+                # Any provider's agent id goes back to its agent: only a safe shape is kept (docs/providers.md#cli-arguments).
+                if safe_agent_session_id(event.id) is None:
+                    log.warning("turn %s: provider %s reported an agent session id of an unsafe shape; it is ignored", turn.id, provider.name)
+                else:
+                    Session.update(agent_session_id=event.id).where(Session.id == session.id).execute()
+                    release_connection()
             elif isinstance(event, OutputTruncated):
                 Message.update(output_truncated=True).where(Message.id == turn.id).execute()
                 release_connection()
@@ -418,7 +424,7 @@ def record_reported_task(runtime: Runtime, session_id: str, turn_id: str, report
 
 def end_reported_task(runtime: Runtime, task_id: str, ended: TaskEnded) -> None:
     try:
-        tasks.end_reported(runtime, task_id, ended.status, ended.note)
+        tasks.end_reported(runtime, task_id, ended.status, ended.note, ended.output_file)
     finally:
         release_connection()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -46,6 +47,16 @@ class AgentSession:
     id: str
 
 
+# The shape an agent's own session id must have before the relay keeps it or passes it back
+# to the agent (docs/providers.md#cli-arguments): it cannot read as an option or a path.
+AGENT_SESSION_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}")
+
+
+def safe_agent_session_id(value: str | None) -> str | None:
+    """The id when it has the safe shape, else None (a leading `-`, a `/`, spaces, too long)."""
+    return value if value is not None and AGENT_SESSION_ID.fullmatch(value) else None
+
+
 @dataclass(frozen=True)
 class TaskReported:
     """A background task the agent runs itself (a cli agent's `run_in_background` command or
@@ -64,6 +75,7 @@ class TaskEnded:
     agent_task_id: str
     status: str  # completed | failed | killed
     note: str | None = None
+    output_file: str | None = None  # where the agent wrote its output, when it said only now
 
 
 @dataclass(frozen=True)
@@ -95,6 +107,9 @@ class TurnRequest:
     thinking: str = "omit"
     # The agent's own session id from an earlier turn (cli agents resume with it).
     agent_session_id: str | None = None
+    # The relay's folder for this session's agent task output (docs/tasks.md#agent-output-files):
+    # a cli agent gets it as its temporary folder; None for providers that run nothing locally.
+    task_output_dir: str | None = None
     # Connect and between-bytes timeouts for providers that call a server (docs/limits.md).
     connect_timeout: float = 10.0
     read_timeout: float = 120.0
@@ -145,6 +160,9 @@ class Provider:
     metered = False
     # Talks to a server at the configured `base_url` (the wire protocols and agent servers).
     needs_base_url = False
+    # Runs an agent on this machine that writes its tasks' output files (the `cli` kind): the
+    # runner prepares the session's task output folder for it (docs/tasks.md#agent-output-files).
+    writes_task_output = False
 
     def __init__(self, name: str, options: dict[str, Any], api_key: str | None = None) -> None:
         self.name = name

@@ -2,29 +2,37 @@
 
 The owner configures `command`, an argument list (never a shell line) with placeholders
 `{prompt}`, `{model}`, `{effort}`, `{cwd}`, `{session}` (the relay's session id), and
-optionally `resume_args`, appended when the agent reported its own session id on an earlier
+optionally `resume_args`, added when the agent reported its own session id on an earlier
 turn (`{agent_session}`), e.g. a coding agent's non-interactive mode:
 
     "command": ["claude", "-p", "{prompt}", "--output-format", "stream-json", "--verbose"],
     "resume_args": ["--resume", "{agent_session}"]
 
-Its output is read line by line: JSON lines in the stream-json shape (`system`/`init` and
+How the argument list is built so that agent text never becomes an option is in
+`oar.providers.cli_command` (the prompt goes last, after `--`).
+
+Its output is read line by line. With `output_format: stream-json` (the default when the
+command names `stream-json`) JSON lines in the stream-json shape (`system`/`init` and
 `result` carry `session_id`; `assistant` messages carry `text` and `tool_use` blocks;
-`result` carries `usage` and `is_error`) become text, tool activity and usage; other lines
-are plain reply text.
+`result` carries `usage` and `is_error`) become text, tool activity and usage, and other
+lines are plain reply text. With `output_format: text` every line is reply text: the agent
+writes that output itself, so a JSON-looking line in it is never read as an event
+(docs/providers.md#cli-arguments).
 
 Background tasks the agent reports become Tasks (recorded, never run by the relay): a
 `tool_use` with `input.run_in_background: true` (a `Bash` command, or a `Task`/`Agent`
 subagent) whose `tool_result` (in a `user` line) names the agent's id for it ("…running in
-background with ID: <id>. Output is being written to: <file>"), or a `system` line
-`{subtype: "task_started", task_id, description, task_type?, output_file?}`; a `system`
-line `{subtype: "task_notification", task_id, status: completed|failed|stopped, summary?}`
-reports its end.
+background with ID: <id>…"), or a `system` line `{subtype: "task_started", task_id,
+description, task_type?, output_file?}`; a `system` line `{subtype: "task_notification",
+task_id, status: completed|failed|stopped, summary?, output_file?}` reports its end. An
+output file is taken only from those structured fields, never from a tool result's text,
+and the relay reads it only inside its own folder (docs/tasks.md#agent-output-files).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -47,16 +55,22 @@ from oar.providers.base import (
     TurnFailed,
     TurnRequest,
     Usage,
+    safe_agent_session_id,
 )
+from oar.providers.cli_command import Refused, build
+
+log = logging.getLogger(__name__)
 
 # Lines of the agent's standard error kept for a failure message.
 STDERR_LINES = 20
 # A stopped agent gets SIGTERM, then SIGKILL after this long.
 KILL_GRACE_SECONDS = 3.0
-PLACEHOLDERS = ("prompt", "model", "effort", "cwd", "session", "agent_session")
-# How a coding agent's tool result names a background task and its output file.
+OUTPUT_FORMATS = ("stream-json", "text")
+# Where the agent's temporary files go: the relay's folder for the session's task output.
+TMPDIR_VARIABLES = ("TMPDIR", "CLAUDE_CODE_TMPDIR")
+# How a coding agent's tool result names a background task (its output file is taken only
+# from structured fields: docs/tasks.md#agent-output-files).
 BACKGROUND_ID = re.compile(r"(?:with ID|task_id|agentId|agent ID)\s*[:=]?\s*([A-Za-z0-9][A-Za-z0-9_.-]{0,99})", re.I)
-OUTPUT_FILE = re.compile(r"(?:written to|output_file)\s*[:=]?\s*(/\S+)", re.I)
 SUBAGENT_TOOLS = ("Task", "Agent")
 
 
@@ -66,9 +80,11 @@ class CliFailure:
 
 
 class CliLineParser:
-    """Pure: one output line in, turn events out."""
+    """Pure: one output line in, turn events out. `structured=False` (output_format text):
+    every line is reply text, since the agent wrote it."""
 
-    def __init__(self) -> None:
+    def __init__(self, structured: bool = True) -> None:
+        self.structured = structured
         self.wrote_text = False
         self.result_text: str | None = None
         # tool_use id → (description, type) of calls asked to run in the background.
@@ -80,7 +96,7 @@ class CliLineParser:
         if not stripped:
             return [TextDelta("\n")] if self.wrote_text else []
         try:
-            item = json.loads(stripped)
+            item = json.loads(stripped) if self.structured else None
         except ValueError:
             item = None
         if not isinstance(item, dict) or "type" not in item:
@@ -88,8 +104,8 @@ class CliLineParser:
         kind = item["type"]
         out: list[TurnEvent | CliFailure] = []
         if kind == "system":
-            if item.get("session_id"):
-                out.append(AgentSession(str(item["session_id"])))
+            if item.get("subtype") == "init":
+                out.extend(_agent_session(item))
             out.extend(self._task_line(item))
         elif kind == "assistant":
             for block in _blocks(item):
@@ -103,8 +119,7 @@ class CliLineParser:
                 if block.get("type") == "tool_result":
                     out.extend(self._background_result(block))
         elif kind == "result":
-            if item.get("session_id"):
-                out.append(AgentSession(str(item["session_id"])))
+            out.extend(_agent_session(item))
             usage = item.get("usage") or {}
             if usage:
                 tokens_in = sum(int(usage.get(key) or 0) for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
@@ -141,9 +156,8 @@ class CliLineParser:
         found = BACKGROUND_ID.search(text)
         if found is None:
             return []
-        output = OUTPUT_FILE.search(text)
         task_id = found.group(1).rstrip(".-")  # the id may end a sentence
-        return self._reported(task_id, call[0], call[1], output.group(1).rstrip(".,;)") if output else None)
+        return self._reported(task_id, call[0], call[1], None)
 
     def _task_line(self, item: dict[str, Any]) -> list[TurnEvent | CliFailure]:
         task_id = str(item.get("task_id") or "")
@@ -154,8 +168,11 @@ class CliLineParser:
             output = item.get("output_file")
             return self._reported(task_id, str(item.get("description") or "background task"), kind, output if isinstance(output, str) else None)
         if item.get("subtype") == "task_notification" and task_id in self.reported:
-            summary = item.get("summary")
-            return [TaskEnded(task_id, str(item.get("status") or "completed"), summary if isinstance(summary, str) else None)]
+            summary, output = item.get("summary"), item.get("output_file")
+            return [TaskEnded(
+                task_id, str(item.get("status") or "completed"), summary if isinstance(summary, str) else None,
+                output if isinstance(output, str) else None,
+            )]
         return []
 
     def _reported(self, task_id: str, description: str, kind: str, output: str | None) -> list[TurnEvent | CliFailure]:
@@ -163,6 +180,17 @@ class CliLineParser:
             return []
         self.reported.add(task_id)
         return [TaskReported(task_id, description[:500], kind, output)]
+
+
+def _agent_session(item: dict[str, Any]) -> list[TurnEvent | CliFailure]:
+    """The agent's session id of an `init` or `result` line, when it has the safe shape."""
+    value = item.get("session_id")
+    if not isinstance(value, str) or not value:
+        return []
+    if safe_agent_session_id(value) is None:
+        log.warning("a cli agent reported a session id of an unsafe shape (%r); it is ignored", value[:80])
+        return []
+    return [AgentSession(value)]
 
 
 def _blocks(item: dict[str, Any]) -> list[dict[str, Any]]:
@@ -176,18 +204,17 @@ def _short(value: Any) -> str:
     return text[:80] + ("…" if len(text) > 80 else "")
 
 
-def render(template: list[str], values: dict[str, str]) -> list[str]:
-    """The argument list with placeholders filled; each argument stays one argument."""
-    rendered = []
-    for argument in template:
-        for name in PLACEHOLDERS:
-            argument = argument.replace("{" + name + "}", values.get(name, ""))
-        rendered.append(argument)
-    return rendered
+def output_format(options: dict[str, Any]) -> str:
+    """`stream-json` or `text`: the configured one, else stream-json when the command names it."""
+    configured = options.get("output_format")
+    if configured in OUTPUT_FORMATS:
+        return str(configured)
+    return "stream-json" if any("stream-json" in str(argument) for argument in options.get("command") or ()) else "text"
 
 
 class CliProvider(Provider):
     kind = "cli"
+    writes_task_output = True
 
     def missing_configuration(self) -> str | None:
         command = self.options.get("command")
@@ -204,13 +231,25 @@ class CliProvider(Provider):
             "prompt": request.prompt, "model": request.model or self.default_model or "", "effort": request.effort or "",
             "cwd": request.cwd or "", "session": request.session_id, "agent_session": request.agent_session_id or "",
         }
-        arguments = render(list(self.options["command"]), values)
-        if request.agent_session_id and self.options.get("resume_args"):
-            arguments += render(list(self.options["resume_args"]), values)
+        agent_session = safe_agent_session_id(request.agent_session_id)
+        if request.agent_session_id and agent_session is None:
+            log.warning("session %s: the stored agent session id has an unsafe shape; the agent starts afresh", request.session_id[:8])
+        values["agent_session"] = agent_session or ""
+        resume = list(self.options.get("resume_args") or ()) if agent_session else []
+        try:
+            arguments = build(
+                list(self.options["command"]), resume, values, end_of_options=self.options.get("end_of_options", True) is not False,
+            )
+        except Refused as refused:
+            yield TurnFailed(f'Provider "{self.name}": {refused.message}')
+            return
+        environment = dict(os.environ)
+        if request.task_output_dir:
+            environment.update(dict.fromkeys(TMPDIR_VARIABLES, request.task_output_dir))
         try:
             process = subprocess.Popen(
                 arguments, cwd=request.cwd or None, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True,
+                stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True, env=environment,
             )
         except OSError as error:
             yield TurnFailed(f'Provider "{self.name}" could not start {arguments[0]!r}: {error.strerror or error}.')
@@ -222,7 +261,7 @@ class CliProvider(Provider):
         ]
         for reader in readers:
             reader.start()
-        parser = CliLineParser()
+        parser = CliLineParser(structured=output_format(self.options) == "stream-json")
         failure: str | None = None
         if process.stdout is None:
             raise RuntimeError("the agent's process has no output pipe")  # started with stdout=PIPE

@@ -48,7 +48,16 @@ FIELDS = {
     "position": Param("int", minimum=0, maximum=1_000_000),
     "command": Param("list", description='cli: the argument list, e.g. ["agent", "-p", "{prompt}"]'),
     "resume_args": Param("list", description='cli: arguments added when resuming, e.g. ["--resume", "{agent_session}"]'),
+    "output_format": Param(
+        "str", choices=("stream-json", "text"),
+        description="cli: how its output is read (default stream-json when the command names it, else text)",
+    ),
+    "end_of_options": Param(
+        "bool", description="cli: put the prompt last, after --, so it never reads as an option (default true)",
+    ),
 }
+# Fields only a cli provider takes (docs/providers.md#cli).
+CLI_FIELDS = ("command", "resume_args", "output_format", "end_of_options")
 
 
 def check(name: str, payload: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
@@ -68,10 +77,11 @@ def check(name: str, payload: dict[str, Any]) -> tuple[str, dict[str, Any], str 
         options["base_url"] = _checked_url(options["base_url"].strip())
     elif kind in NEEDS_BASE_URL:
         raise invalid(f"A {kind} provider needs base_url (the API's URL including its version path, e.g. https://api.example.com/v1). {NOTHING}")
+    for key in CLI_FIELDS:
+        if key in options and kind != "cli":
+            raise invalid(f"provider: {key} is for cli providers only. {NOTHING}")
     for key in ("command", "resume_args"):
         if key in options:
-            if kind != "cli":
-                raise invalid(f"provider: {key} is for cli providers only. {NOTHING}")
             options[key] = _checked_arguments(key, options[key])
     if kind == "cli" and "command" not in options:
         raise invalid(f'A cli provider needs command, an argument list such as ["agent", "-p", "{{prompt}}"]. {NOTHING}')

@@ -64,7 +64,7 @@ def start_task() -> ResponseReturnValue:
     task = tasks.start(
         runtime(), caller, args["command"], description=args.get("description"), type=args.get("type", "local_bash")
     )
-    return jsonify({"ok": True, "task": task_views.entry(task, utcnow(), runtime().settings()["quiet_after_minutes"])}), 201
+    return jsonify({"ok": True, "task": task_views.entry(runtime(), task, utcnow(), runtime().settings()["quiet_after_minutes"])}), 201
 
 
 @blueprint.post("/api/v1/tasks/<task_id>/stop")

@@ -47,7 +47,7 @@ SETTING_BOOLS = ("agent_sessions_enabled", "accept_agent_prompts", "allow_shell_
 SETTING_INTS = ("max_wait_seconds", "max_turn_seconds", "quiet_after_minutes", "rate_calls_per_minute",
                 "rate_writes_per_minute")
 # Provider options the form does not show; editing a provider of the same kind keeps them.
-PROVIDER_KEPT_OPTIONS = ("family", "billing", "workspace", "dotted_model_ids", "resume_args")
+PROVIDER_KEPT_OPTIONS = ("family", "billing", "workspace", "dotted_model_ids", "resume_args", "output_format", "end_of_options")
 PROVIDER_KINDS_OFFERED = ("chat", "responses", "anthropic", "cli", "external", "echo")
 WHOLE_NUMBER = re.compile(r"^\s*-?\d{1,18}\s*$")
 
