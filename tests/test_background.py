@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import sys
 from datetime import datetime, timedelta
-from pathlib import Path
 
+from oar.core.settings import default_cwd
 from oar.turns.still_working import quiet_at
 from tests.support.clients import Agent
 from tests.support.relays import Relay
@@ -22,10 +22,12 @@ def test_quiet_is_counted_from_the_answer_and_the_last_output() -> None:
 
 
 def test_a_session_still_writing_output_reports_running_with_its_reply(
-    relay: Relay, desk: Agent, tmp_path: Path
+    relay: Relay, desk: Agent
 ) -> None:
     relay.settings(allow_shell_tasks=True)
-    script = tmp_path / "job.py"  # prints a line every 0.3 s for about 4 s, then ends
+    folder = default_cwd(relay.config).resolve()  # the session's folder: a task sees no other
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "background-job.py"  # prints a line every 0.3 s for about 4 s, then ends
     script.write_text("import time\nfor i in range(14):\n    print(i, flush=True)\n    time.sleep(0.3)\n")
     command = f"!task {sys.executable} {script}"
     created = desk.ok("create_session", relay="this", text=f"start the job\n{command}", wait_seconds=2)

@@ -13,6 +13,7 @@ import psutil
 from oar.background.task_recovery import ORPHANED_TEXT
 from oar.core.db import database
 from oar.core.models import Event, Task
+from oar.core.settings import default_cwd
 from oar.core.timeutil import utcnow
 from oar.engine.reconciler import reconcile
 from tests.support.clients import Agent, poll
@@ -50,12 +51,20 @@ def test_with_the_setting_off_task_fails_the_turn_and_runs_nothing(relay: Relay,
         assert Task.select().count() == 0
 
 
+def session_folder(relay: Relay, name: str) -> Path:
+    """A fresh folder in the sessions' default folder, the one place a task can see and write."""
+    folder = default_cwd(relay.config).resolve() / name
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def test_echo_task_runs_in_the_background_and_the_output_is_read_as_the_console_shows_it(
-    relay: Relay, desk: Agent, tmp_path: Path
+    relay: Relay, desk: Agent
 ) -> None:
     relay.settings(allow_shell_tasks=True)
-    gate = tmp_path / "go"
-    script = tmp_path / "job.py"
+    folder = session_folder(relay, "echo-task")
+    gate = folder / "go"
+    script = folder / "job.py"
     script.write_text(
         "import pathlib, sys, time\n"
         "print('\\x1b[32mstarting\\x1b[0m', flush=True)\n"
@@ -124,9 +133,9 @@ def test_a_successful_task_finishes_without_task_failed_and_runs_in_the_sessions
     assert [kind for kind, _ in events_of(session)] == ["task_started", "task_finished", "session_idle"]
 
 
-def test_commands_are_argument_lists_unless_the_owner_allows_a_shell(relay: Relay, desk: Agent, tmp_path: Path) -> None:
+def test_commands_are_argument_lists_unless_the_owner_allows_a_shell(relay: Relay, desk: Agent) -> None:
     relay.settings(allow_shell_tasks=True)
-    marker = tmp_path / "injected"
+    marker = session_folder(relay, "argument-lists") / "injected"
     created = desk.ok("create_session", relay="this", text=f"!task echo hi; touch {marker}", wait_seconds=30)
     session = created["session"]
     done = ended(desk, session, task_in(desk, session)["taskId"])

@@ -6,8 +6,11 @@ worker died (and end its process).
 
 Commands run as argument lists (`shlex.split`, no shell) unless the owner turned on
 `shell_tasks_via_shell`; then the command is the single argument of `/bin/sh -c`, never
-concatenated with anything. The subprocess gets the worker's environment without the
-relay's own secrets (`OAR_*`, `DATABASE_URL`, `REDIS_URL`).
+concatenated with anything. The command runs in the sandbox (`oar.background.sandbox`,
+docs/tasks.md#the-sandbox), and is failed when none is available here, unless the owner turned
+on `tasks_without_sandbox`: then it runs as the worker's user with the worker's environment
+less the relay's own secrets (`OAR_*`, `DATABASE_URL`, `REDIS_URL`), which keeps the obvious
+ones out of sight and nothing more.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 
 import redis
 
-from oar.background import tasks
+from oar.background import sandbox, tasks
 from oar.background.task_views import last_output_time
 from oar.core import events, keys
 from oar.core.db import release_connection, write_transaction
@@ -73,11 +76,27 @@ def run(runtime: Runtime, task_id: str) -> str | None:
     path = Path(task.output_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     argv = ["/bin/sh", "-c", task.command] if task.shell else shlex.split(task.command)
+    values = runtime.settings()
+    env: dict[str, str] | None = subprocess_env()
     with open(path, "ab") as output:
+        if not values.get("tasks_without_sandbox"):
+            # Checked again here: the worker's machine is the one that runs the command.
+            reason = sandbox.unavailable(runtime.config)
+            binary = sandbox.find_bwrap(runtime.config)
+            if reason is not None or binary is None:
+                text = sandbox.unavailable_text(reason or "bwrap is not on PATH")
+                output.write(f"{text}\n".encode())
+                return tasks.finish(runtime, task.id, TaskStatus.FAILED, None, text)
+            if task.cwd is None or not os.path.isdir(task.cwd):
+                text = f"The command could not be started: the session's folder {task.cwd} is not a folder."
+                output.write(f"{text}\n".encode())
+                return tasks.finish(runtime, task.id, TaskStatus.FAILED, None, text)
+            argv = sandbox.wrap(runtime.config, binary, argv, task.cwd, network=bool(values.get("tasks_use_network")))
+            env = {}  # bwrap clears it anyway and sets the task's own (--clearenv, --setenv)
         try:
             process = subprocess.Popen(
                 argv, cwd=task.cwd, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, env=subprocess_env(),
+                start_new_session=True, env=env,
             )
         except OSError as error:
             output.write(f"{error}\n".encode())

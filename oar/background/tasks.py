@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from oar.background import output_files
+from oar.background import output_files, sandbox
 from oar.core import events, jobs, keys, settings
 from oar.core.db import release_connection, write_transaction
 from oar.core.errors import ActionError, invalid, not_found
@@ -97,6 +97,11 @@ def start(
             raise invalid("A task needs a command. Nothing was run.")
     if session.archived or session.deleted:
         raise not_found(f"Session {session.id[:8]} is archived. Nothing was run.")
+    if not values.get("tasks_without_sandbox"):
+        # docs/tasks.md#the-sandbox: without one a task could read the relay's secrets.
+        reason = sandbox.unavailable(runtime.config)
+        if reason is not None:
+            raise ActionError("REMOTE_RELAY_NO_SANDBOX", sandbox.unavailable_text(reason))
     cwd = session.cwd or str(settings.default_cwd(runtime.config).resolve())
     task_id = new_id()
     now = utcnow()

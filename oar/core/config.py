@@ -65,6 +65,8 @@ class Config:
     worker_processes: int = 2
     worker_threads: int = 32
     times: Mapping[str, float] = field(default_factory=dict)
+    # The bubblewrap binary tasks run under (docs/tasks.md#the-sandbox); None: `bwrap` on PATH.
+    bwrap: str | None = None
 
     def time(self, name: str) -> float:
         """A time constant of ``oar.defaults``, as overridden by the environment."""
@@ -99,6 +101,7 @@ def from_environment(environ: Mapping[str, str] | None = None) -> Config:
         worker_processes=int(env.get("OAR_WORKER_PROCESSES") or base.worker_processes),
         worker_threads=int(env.get("OAR_WORKER_THREADS") or base.worker_threads),
         times=times,
+        bwrap=env.get("OAR_BWRAP") or None,
     )
 
 

@@ -64,6 +64,12 @@ FIELDS: dict[str, Param] = {
     "accept_agent_prompts": Param("bool", description="accept prompts from other relays' agents"),
     "allow_shell_tasks": Param("bool", description="sessions may run background commands"),
     "shell_tasks_via_shell": Param("bool", description="run task commands with /bin/sh -c"),
+    "tasks_without_sandbox": Param(
+        "bool", description="run tasks outside the sandbox: gives agents the owner's power (docs/tasks.md#the-sandbox)",
+    ),
+    "tasks_use_network": Param(
+        "bool", description="tasks share the relay's network, loopback services included (docs/tasks.md#the-sandbox)",
+    ),
     "allowed_roots": Param("list", items=Param("str"), description="absolute folder paths sessions may work in"),
     "relay_name": Param("str", max_length=100, description="the relay's name, 1 to 100 characters"),
     "rate_calls_per_minute": Param("int", minimum=0, maximum=100_000, description="0: no limit"),
@@ -96,6 +102,11 @@ def default_settings(config: Config) -> dict[str, Any]:
         "allow_shell_tasks": False,
         # Tasks run as argument lists (shlex.split); True runs `/bin/sh -c <command>`.
         "shell_tasks_via_shell": False,
+        # Tasks run in a sandbox (docs/tasks.md#the-sandbox); True runs them as the relay's own
+        # user with its access to everything; a relay without a sandbox runs no task otherwise.
+        "tasks_without_sandbox": False,
+        # The sandbox has no network: the relay's Redis and PostgreSQL listen on loopback.
+        "tasks_use_network": False,
         "allowed_roots": [str(default_cwd(config).resolve()), str(Path.home())],
         "relay_name": config.relay_name,
         "rate_calls_per_minute": defaults.RATE_CALLS_PER_MINUTE,

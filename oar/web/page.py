@@ -43,7 +43,8 @@ blueprint = Blueprint("page", __name__)
 PUBLIC = {"page.index", "page.sign_in"}
 LIVE = {"page.live_session", "page.live_overview", "page.live_inbox"}
 
-SETTING_BOOLS = ("agent_sessions_enabled", "accept_agent_prompts", "allow_shell_tasks", "shell_tasks_via_shell")
+SETTING_BOOLS = ("agent_sessions_enabled", "accept_agent_prompts", "allow_shell_tasks", "shell_tasks_via_shell",
+                 "tasks_without_sandbox", "tasks_use_network")
 SETTING_INTS = ("max_wait_seconds", "max_turn_seconds", "quiet_after_minutes", "rate_calls_per_minute",
                 "rate_writes_per_minute")
 # Provider options the form does not show; editing a provider of the same kind keeps them.

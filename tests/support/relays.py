@@ -93,6 +93,8 @@ def relay_environment(config: Config, times: Mapping[str, str], base: Mapping[st
         env["OAR_OWNER_TOKEN"] = config.owner_token
     if config.database_url:
         env["DATABASE_URL"] = config.database_url
+    if config.bwrap:
+        env["OAR_BWRAP"] = config.bwrap
     return env
 
 
