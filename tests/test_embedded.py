@@ -258,6 +258,7 @@ def test_the_children_of_a_killed_child_exit_and_the_launcher_starts_it_again(la
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     launcher, owner, _session_id = start_and_make_a_conversation(launch, data_dir, free_port(), f"child-{secrets.token_hex(3)}")
+    launcher.descendants()  # seen, so cleanup reaches them if they outlive their parent
     parents = [p for p in psutil.Process(launcher.process.pid).children() if "gunicorn" in command_line(p) or "oar worker" in command_line(p)]
     assert len(parents) == 2, [command_line(p) for p in parents]
     orphans = [child for parent in parents for child in parent.children(recursive=True)]

@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import signal
+import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -28,6 +29,24 @@ LOCK_FILE = "launcher.lock"
 RECORD_FILE = "launcher.json"
 # How long a previous run's processes get to stop on SIGTERM before SIGKILL.
 LEFTOVER_STOP_SECONDS = 15.0
+
+
+def _running(process: psutil.Process) -> bool:
+    # A zombie holds no port and no file; whoever adopted it reaps it in its own time.
+    try:
+        return bool(process.is_running() and process.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+def _wait_gone(processes: list[psutil.Process], seconds: float) -> list[psutil.Process]:
+    """Until none of `processes` runs, for at most `seconds`; those still running."""
+    deadline = time.monotonic() + seconds
+    alive = [p for p in processes if _running(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [p for p in alive if _running(p)]
+    return alive
 
 
 class AnotherLauncher(Exception):
@@ -81,11 +100,11 @@ class DataDirLock:
                 stopped.append(f"{process.pid} ({' '.join(process.cmdline()[:4])})")
                 process.send_signal(signal.SIGTERM)
                 process.send_signal(signal.SIGCONT)
-        _gone, alive = psutil.wait_procs(found, timeout=LEFTOVER_STOP_SECONDS)
+        alive = _wait_gone(found, LEFTOVER_STOP_SECONDS)
         for process in alive:
             with contextlib.suppress(psutil.Error):
                 process.kill()
-        psutil.wait_procs(alive, timeout=5)
+        _wait_gone(alive, 5.0)
         return stopped
 
     def record(self, children: list[tuple[str, int]], folders: list[Path]) -> None:
