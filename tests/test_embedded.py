@@ -286,3 +286,15 @@ def port_answers(url: str) -> bool:
         return requests.get(f"{url}/healthz", timeout=5).status_code == 200
     except requests.RequestException:
         return False
+
+
+def test_it_refuses_a_port_another_program_listens_on(launch: Any, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        launcher = launch(data_dir, port, f"taken-{secrets.token_hex(3)}")
+        assert launcher.process.wait(timeout=60) == 1
+    assert f"port {port} on 127.0.0.1 is in use by another program" in launcher.log()
