@@ -113,7 +113,7 @@ class Launcher:
         return found
 
     def kill_everything(self) -> None:
-        """Last resort cleanup: the process group and whatever escaped it (the daemonized Redis too)."""
+        """Last resort cleanup: the process group and every child seen, also those that outlived the launcher."""
         with contextlib.suppress(psutil.Error):
             self.descendants()
         leftovers = list(self.seen)
