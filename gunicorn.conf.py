@@ -8,6 +8,8 @@ other requests meanwhile.
 import multiprocessing
 import os
 
+from oar.core import lifeline
+
 bind = f"{os.environ.get('OAR_HOST', '127.0.0.1')}:{os.environ.get('PORT', '8080')}"
 worker_class = "gthread"
 workers = int(os.environ.get("WEB_CONCURRENCY", min(4, multiprocessing.cpu_count() * 2 + 1)))
@@ -19,3 +21,19 @@ keepalive = 5
 accesslog = os.environ.get("OAR_ACCESS_LOG") or None
 # One relay may run several gunicorn instances (tests, benchmarks); none needs the control socket.
 control_socket_disable = True
+
+
+def when_ready(server: object) -> None:
+    """In the arbiter: stop when the launcher of `python app.py` is gone (docs/operations.md#when-the-launcher-dies).
+
+    The kernel's parent-death signal, asked for by the launcher, reaches the arbiter first;
+    this check is for systems without it. The workers check their arbiter themselves.
+    """
+    launcher = lifeline.take_launcher_pid()
+    if launcher is not None:
+        lifeline.watch_parent(launcher)
+
+
+def post_fork(server: object, worker: object) -> None:
+    # A worker whose arbiter is killed gets SIGTERM at once, not at its next parent check.
+    lifeline.die_with_parent()

@@ -8,8 +8,10 @@ data directory.
 
 from __future__ import annotations
 
+import os
 import secrets
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +22,7 @@ import pytest
 import requests
 
 from oar.engine.reconciler import ORPHANED_TEXT
-from tests.support.clients import Agent, Client
+from tests.support.clients import Agent, Client, poll
 from tests.support.embedded import LISTENING, OWNER_TOKEN, Launcher
 from tests.support.servers import free_port
 
@@ -152,3 +154,147 @@ def test_the_embedded_relay_runs_turns_stops_cleanly_and_keeps_its_data(launch: 
 
     stdout = stop_and_check_nothing_is_left(second)
     assert not any(OWNER_TOKEN.match(line) for line in stdout), stdout
+
+
+def port_is_free(port: int) -> bool:
+    """Whether a new server could listen on the port (with SO_REUSEADDR, as gunicorn binds)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def survivors(children: list[psutil.Process]) -> list[tuple[int, str]]:
+    return [(p.pid, command_line(p)) for p in children if alive(p)]
+
+
+def started_children(launcher: Launcher) -> list[psutil.Process]:
+    """Every process the launcher started, checked to include each kind."""
+    children = launcher.descendants()
+    names = {command_line(p) for p in children}
+    for kind in ("gunicorn", "oar worker", "oar clock", "redis-server"):
+        assert any(kind in n for n in names), names
+    return children
+
+
+def start_and_make_a_conversation(launch: Any, data_dir: Path, port: int, name: str) -> tuple[Launcher, Client, str]:
+    launcher = launch(data_dir, port, name)
+    url = launcher.next_line(LISTENING, timeout=90)["url"]
+    owner = Client(url, launcher.next_line(OWNER_TOKEN, timeout=10)["token"])
+    conversation = owner.post("/api/v1/owner/sessions", {"title": "before the crash"})
+    return launcher, owner, conversation["session"]["id"]
+
+
+def restart_and_find_the_conversation(launch: Any, data_dir: Path, port: int, name: str, owner: Client, session_id: str) -> None:
+    """The same data directory and port: no new owner token, the old one and its data answer."""
+    again = launch(data_dir, port, name)
+    assert again.next_line(LISTENING, timeout=90)["url"] == owner.base_url
+    assert owner.get(f"/api/v1/owner/sessions/{session_id}")["session"]["title"] == "before the crash"
+    stdout = stop_and_check_nothing_is_left(again)
+    assert not any(OWNER_TOKEN.match(line) for line in stdout), stdout
+
+
+@pytest.mark.parametrize("victim", ["the launcher", "its process group"])
+def test_it_leaves_nothing_running_when_the_launcher_is_killed(launch: Any, tmp_path: Path, victim: str) -> None:
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    port = free_port()
+    name = f"crash-{secrets.token_hex(3)}"
+    first, owner, session_id = start_and_make_a_conversation(launch, data_dir, port, name)
+    children = started_children(first)
+
+    if victim == "the launcher":
+        os.kill(first.process.pid, signal.SIGKILL)
+    else:
+        # The launcher's own group: its children lead sessions of their own, so this reaches only it.
+        os.killpg(first.process.pid, signal.SIGKILL)
+    assert first.process.wait(timeout=10) == -signal.SIGKILL
+
+    try:
+        poll("every child of the killed launcher exits", lambda: not survivors(children), seconds=60, every=0.2)
+    except AssertionError as failure:
+        raise AssertionError(f"{failure}; still running: {survivors(children)}") from None
+    poll("the port is free again", lambda: port_is_free(port), seconds=30, every=0.2)
+    restart_and_find_the_conversation(launch, data_dir, port, name, owner, session_id)
+
+
+def test_a_restart_stops_what_a_killed_launcher_left_running(launch: Any, tmp_path: Path) -> None:
+    """Children that outlived their launcher (frozen here, so they cannot notice) are stopped by the next one."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    port = free_port()
+    name = f"stale-{secrets.token_hex(3)}"
+    first, owner, session_id = start_and_make_a_conversation(launch, data_dir, port, name)
+    children = started_children(first)
+    for child in children:
+        child.suspend()
+    os.kill(first.process.pid, signal.SIGKILL)
+    first.process.wait(timeout=10)
+    assert all(alive(p) for p in children)
+    assert not port_is_free(port)
+
+    restart_and_find_the_conversation(launch, data_dir, port, name, owner, session_id)
+    assert not survivors(children), survivors(children)
+
+
+def test_a_second_launcher_on_the_same_data_directory_refuses_to_start(launch: Any, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    name = f"twice-{secrets.token_hex(3)}"
+    first, owner, session_id = start_and_make_a_conversation(launch, data_dir, free_port(), name)
+
+    second = launch(data_dir, free_port(), name)
+    assert second.process.wait(timeout=60) == 1
+    assert f"another relay (app.py, pid {first.process.pid}) is running on the data directory" in second.log()
+    assert owner.get(f"/api/v1/owner/sessions/{session_id}")["session"]["title"] == "before the crash"
+    stop_and_check_nothing_is_left(first)
+
+
+def test_the_children_of_a_killed_child_exit_and_the_launcher_starts_it_again(launch: Any, tmp_path: Path) -> None:
+    """gunicorn's arbiter and the RQ pool killed (not the launcher): their own workers go with them."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    launcher, owner, _session_id = start_and_make_a_conversation(launch, data_dir, free_port(), f"child-{secrets.token_hex(3)}")
+    launcher.descendants()  # seen, so cleanup reaches them if they outlive their parent
+    parents = [p for p in psutil.Process(launcher.process.pid).children() if "gunicorn" in command_line(p) or "oar worker" in command_line(p)]
+    assert len(parents) == 2, [command_line(p) for p in parents]
+    orphans = [child for parent in parents for child in parent.children(recursive=True)]
+    assert len(orphans) >= 4, [command_line(p) for p in orphans]  # two web workers, two RQ workers
+    for parent in parents:
+        parent.kill()
+    try:
+        poll("the killed children's own workers exit", lambda: not survivors(orphans), seconds=60, every=0.2)
+    except AssertionError as failure:
+        raise AssertionError(f"{failure}; still running: {survivors(orphans)}") from None
+
+    # The launcher started both again: the relay answers and runs a turn.
+    poll("the relay answers again", lambda: owner.request("GET", "/api/v1/owner/settings")[0] == 200 if port_answers(owner.base_url) else False, seconds=60, every=0.2)
+    owner.patch("/api/v1/owner/settings", {"agent_sessions_enabled": True})
+    conversation = owner.post("/api/v1/owner/sessions", {"title": "desk"})
+    owner.patch(f"/api/v1/owner/sessions/{conversation['session']['id']}", {"approvals": ["create_sessions"]})
+    desk = Agent(owner.base_url, conversation["token"], conversation["session"]["id"])
+    created = desk.ok("create_session", relay="this", text="after a crash of the workers", wait_seconds=60)
+    assert created["status"] == "done" and created["reply"]["text"] == "echo: after a crash of the workers", created
+    stop_and_check_nothing_is_left(launcher)
+
+
+def port_answers(url: str) -> bool:
+    try:
+        return requests.get(f"{url}/healthz", timeout=5).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def test_it_refuses_a_port_another_program_listens_on(launch: Any, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        launcher = launch(data_dir, port, f"taken-{secrets.token_hex(3)}")
+        assert launcher.process.wait(timeout=60) == 1
+    assert f"port {port} on 127.0.0.1 is in use by another program" in launcher.log()

