@@ -74,7 +74,9 @@ def guard() -> ResponseReturnValue | None:
     if request.endpoint in PUBLIC or page_auth.signed_in(runtime().config):
         return None
     if request.endpoint in LIVE:
-        return jsonify({"ok": False, "error": "Not signed in."}), 401
+        # The documented error shape (docs/errors.md), as every other JSON refusal.
+        refusal = ActionError("REMOTE_RELAY_UNAUTHORIZED", "Not signed in: sign in on the page first. Nothing was sent.")
+        return jsonify(refusal.to_dict()), refusal.status
     return redirect(url_for("page.index"))
 
 
