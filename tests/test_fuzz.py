@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 from urllib.parse import quote
 
@@ -269,7 +270,7 @@ def owner_routes(app: Flask) -> list[tuple[str, str, frozenset[str]]]:
 
 
 ALL_OWNER_FIELDS = sorted({"agent_sessions_enabled", "max_wait_seconds", "title", "text", "name", "decision", "approvals"})
-path_junk = st.one_of(st.sampled_from(INTERESTING), st.text(min_size=1, max_size=16)).map(lambda text: quote(text, safe="")).filter(bool)
+path_junk = st.one_of(st.sampled_from(INTERESTING), st.text(min_size=1, max_size=16)).map(lambda text: quote(text, safe="", errors="surrogatepass")).filter(bool)
 
 
 @st.composite
@@ -308,7 +309,7 @@ def test_random_owner_api_calls_always_get_a_spec_shaped_answer(
     @given(call=owner_calls(routes, places))
     def one_call(call: tuple[str, str, Any, dict[str, str]]) -> None:
         method, path, body, query = call
-        url = relay.url + path + ("?" + "&".join(f"{quote(k)}={quote(v)}" for k, v in query.items()) if query else "")
+        url = relay.url + path + ("?" + "&".join(f"{quote(k, errors='surrogatepass')}={quote(v, errors='surrogatepass')}" for k, v in query.items()) if query else "")
         try:
             response = post_json(url, relay.owner.token, method, tame(body, refs))
             ok = assert_spec_shaped(response)["ok"]
@@ -332,3 +333,24 @@ def test_the_owner_token_is_not_an_agent_token(relay: Relay, desk: Agent) -> Non
     """relay_tool with the owner's token: refused as any unknown agent token is."""
     response = post_json(relay.url + "/api/v1/relay_tool", relay.owner.token, "POST", {"action": "list_sessions", "relay": "this"})
     assert response.status_code == 401 and assert_spec_shaped(response)["code"] == "REMOTE_RELAY_UNAUTHORIZED"
+
+
+def test_an_id_with_a_nul_in_any_path_is_not_found(stack: RelayStack, relay: Relay, desk: Agent, logged: logcheck.Logged) -> None:
+    """Found by the owner API fuzz on PostgreSQL (which cannot even look such an id up): every route
+    with an id in its path answers 404 in the error shape, with the route's own credential."""
+    assert stack.app is not None
+    checked = 0
+    for rule in stack.app.url_map.iter_rules():
+        if "<" not in rule.rule or not rule.rule.startswith("/api/"):
+            continue
+        operation = operation_of(stack.app.view_functions[rule.endpoint])
+        token = relay.owner.token if operation is not None and operation.caller == OWNER else desk.token
+        path = re.sub(r"<(?:[a-z]+:)?[a-z_]+>", "a%00b", rule.rule)
+        for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
+            if (method, rule.rule) in NOT_CALLED:
+                continue
+            response = post_json(relay.url + path, token, method, {})
+            assert response.status_code == 404, (method, rule.rule, response.status_code, response.text[:300])
+            assert assert_spec_shaped(response)["code"] == "REMOTE_RELAY_NOT_FOUND"
+            checked += 1
+    assert checked >= 15, checked

@@ -15,7 +15,6 @@ from typing import Any
 from flask import (
     Blueprint,
     Response,
-    abort,
     flash,
     has_request_context,
     jsonify,
@@ -57,13 +56,6 @@ def setup(state: Any) -> None:
     page_auth.install(state.app)
     state.app.add_template_filter(ago)
     state.app.add_template_filter(when)
-
-
-@blueprint.url_value_preprocessor
-def storable_ids(_endpoint: str | None, values: dict[str, Any] | None) -> None:
-    """An id in the path holding a NUL names nothing (and PostgreSQL cannot even look it up)."""
-    if values and unstorable_text(values):
-        abort(404)
 
 
 @blueprint.before_request
