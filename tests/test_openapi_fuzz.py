@@ -1,5 +1,5 @@
-"""A schemathesis run against a live relay (loopback), with the agent token and the owner token:
-no 5xx, and no answer that contradicts the OpenAPI document (status codes, content types,
+"""A schemathesis run against a live relay (loopback), with the agent token and the owner token,
+then with no token and with a wrong one: no 5xx, and no answer that contradicts the OpenAPI document (status codes, content types,
 response schemas), for valid requests and for requests the document says are invalid. The
 counts go to the test's output (`-s`)."""
 
@@ -21,11 +21,14 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
+from tests.support import logcheck, suites
 from tests.support.clients import Agent
-from tests.support.relays import Relay
+from tests.support.relays import Relay, RelayStack
 
-# Examples per operation: valid requests, and requests the document says are invalid.
-EXAMPLES = {GenerationMode.POSITIVE: 25, GenerationMode.NEGATIVE: 15}
+# Examples per operation: valid requests, and requests the document says are invalid
+# (more with OAR_SUITE=full); without the right token, fewer: each is refused before its body is read.
+EXAMPLES = {GenerationMode.POSITIVE: suites.scale(25, 200), GenerationMode.NEGATIVE: suites.scale(15, 100)}
+UNAUTHENTICATED = {GenerationMode.POSITIVE: suites.scale(4, 50), GenerationMode.NEGATIVE: suites.scale(3, 30)}
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 # Saving a provider discovers its models over HTTP at the `base_url` it is given: generated URLs
 # would leave loopback, so that one operation is only validated, not called.
@@ -41,17 +44,19 @@ class Tally:
     # Operations that answered 2xx at least once: the run reached past the refusals.
     answered: set[str] = field(default_factory=set)
     failures: list[str] = field(default_factory=list)
+    statuses: dict[int, int] = field(default_factory=dict)
 
 
 def run_operation(
     operation: Any, relay: Relay, headers: dict[str, str], mode: GenerationMode, ids: dict[str, str], tally: Tally,
+    examples: dict[GenerationMode, int] = EXAMPLES,
 ) -> None:
     """Up to EXAMPLES[mode] generated requests; each answer checked, failures collected. Path
     parameters named in `ids` are real ids (so the run reaches past "not found"), others generated."""
     fixed = {name: value for name, value in ids.items() if f"{{{name}}}" in operation.path}
 
     @settings(
-        max_examples=EXAMPLES[mode], deadline=None, database=None, derandomize=True,
+        max_examples=examples[mode], deadline=None, database=None, derandomize=True,
         phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck),
     )
     @given(case=operation.as_strategy(generation_mode=mode, path_parameters=fixed or None))
@@ -63,6 +68,7 @@ def run_operation(
             case.query["wait_seconds"] = 0
         response = case.call(base_url=relay.url, headers=headers, timeout=60)
         tally.examples += 1
+        tally.statuses[response.status_code] = tally.statuses.get(response.status_code, 0) + 1
         if response.status_code < 300:
             tally.answered.add(operation.label)
         try:
@@ -103,7 +109,17 @@ def _arguments_of(case: Any) -> set[str]:
     return set(schema.get("properties", {}))
 
 
-def test_it_finds_no_server_error_and_no_answer_the_document_contradicts(relay: Relay, desk: Agent) -> None:
+@pytest.fixture
+def logged(stack: RelayStack) -> Any:
+    """What the relay logs during the test; afterwards: no traceback, no internal error."""
+    with logcheck.watching(stack.logs) as logs:
+        yield logs
+        logs.assert_no_traceback()
+
+
+def test_it_finds_no_server_error_and_no_answer_the_document_contradicts(
+    relay: Relay, desk: Agent, logged: logcheck.Logged,
+) -> None:
     schema = schemathesis.openapi.from_url(f"{relay.url}/api/v1/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
     operations.sort(key=lambda operation: operation.label == LAST)
@@ -126,6 +142,33 @@ def test_it_finds_no_server_error_and_no_answer_the_document_contradicts(relay: 
     assert len(operations) > 30
     assert tally.examples > 10 * tally.operations
     assert not tally.failures, "\n".join(tally.failures[:20])
+
+
+@pytest.mark.parametrize("token", [None, "oar_s_not-a-token-of-this-relay"], ids=["no token", "wrong token"])
+def test_without_the_right_token_every_operation_is_refused_as_documented(
+    relay: Relay, desk: Agent, logged: logcheck.Logged, token: str | None,
+) -> None:
+    """Every operation with no token or a wrong one: no 5xx, nothing the document contradicts,
+    and every operation that needs a token answers 401 (none answers 2xx)."""
+    schema = schemathesis.openapi.from_url(f"{relay.url}/api/v1/openapi.json")
+    operations = [result.ok() for result in schema.get_all_operations()]
+    target = relay.conversation("schemathesis target")
+    ids = {"session_id": target.session_id, "group_id": relay.owner.post("/api/v1/owner/groups", {"name": "g"})["group"]["id"]}
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    guarded = [operation for operation in operations if operation.definition.raw.get("security") != []]
+    tally = Tally()
+    for mode in UNAUTHENTICATED:
+        for operation in operations:
+            run_operation(operation, relay, headers, mode, ids, tally, UNAUTHENTICATED)
+    print(f"\nschemathesis ({'no' if token is None else 'a wrong'} token): {len(operations)} operations, "
+          f"{tally.examples} examples, statuses {dict(sorted(tally.statuses.items()))}, {len(tally.failures)} failures")
+    assert not tally.failures, "\n".join(tally.failures[:20])
+    assert len(guarded) > 30
+    reached = tally.answered & {operation.label for operation in guarded}
+    assert not reached, f"answered 2xx without the right token: {sorted(reached)}"
+    assert 401 in tally.statuses
+    # The relay is unchanged: the target is still there, its token still works.
+    assert target.ok("read_session", relay="this", session=target.session_id)["session"]["id"] == target.session_id
 
 
 def test_the_checks_catch_an_answer_the_document_does_not_allow(relay: Relay) -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import secrets
+from typing import Any
 
-from flask import Flask, jsonify, request
+from flask import Flask, abort, jsonify, request
 from flask.json.provider import DefaultJSONProvider
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
@@ -14,6 +15,7 @@ from oar.core import defaults
 from oar.core.config import Config, from_environment
 from oar.core.db import database, open_database
 from oar.core.errors import ActionError
+from oar.core.fields import unstorable_text
 from oar.core.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,13 @@ def create_app(config: Config | None = None) -> Flask:
     @app.before_request
     def connect() -> None:
         database.connect(reuse_if_open=True)
+
+    @app.url_value_preprocessor
+    def storable_ids(_endpoint: str | None, values: dict[str, Any] | None) -> None:
+        """An id in the path holding a NUL or a lone surrogate names nothing (and PostgreSQL cannot
+        even look it up): 404 on every route, the API's and the page's alike (docs/errors.md)."""
+        if values and unstorable_text(values):
+            abort(404)
 
     @app.teardown_request
     def close(_error: BaseException | None) -> None:

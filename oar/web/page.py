@@ -15,7 +15,6 @@ from typing import Any
 from flask import (
     Blueprint,
     Response,
-    abort,
     flash,
     has_request_context,
     jsonify,
@@ -60,13 +59,6 @@ def setup(state: Any) -> None:
     state.app.add_template_filter(when)
 
 
-@blueprint.url_value_preprocessor
-def storable_ids(_endpoint: str | None, values: dict[str, Any] | None) -> None:
-    """An id in the path holding a NUL names nothing (and PostgreSQL cannot even look it up)."""
-    if values and unstorable_text(values):
-        abort(404)
-
-
 @blueprint.before_request
 def guard() -> ResponseReturnValue | None:
     """CSRF on every POST, then the sign-in check (JSON 401 for the live endpoints)."""
@@ -75,7 +67,9 @@ def guard() -> ResponseReturnValue | None:
     if request.endpoint in PUBLIC or page_auth.signed_in(runtime().config):
         return None
     if request.endpoint in LIVE:
-        return jsonify({"ok": False, "error": "Not signed in."}), 401
+        # The documented error shape (docs/errors.md), as every other JSON refusal.
+        refusal = ActionError("REMOTE_RELAY_UNAUTHORIZED", "Not signed in: sign in on the page first. Nothing was sent.")
+        return jsonify(refusal.to_dict()), refusal.status
     return redirect(url_for("page.index"))
 
 
