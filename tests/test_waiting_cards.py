@@ -165,3 +165,19 @@ def test_under_gunicorn_a_closed_connection_and_a_dead_web_process_are_seen(tmp_
         poll("the dead wait's card withdrawn", lambda: Card.get_by_id(card["id"]).status == "withdrawn", seconds=30)
         assert [c["id"] for c in inbox_cards(relay)] == [kept[0]["id"]]
         waiting.join(10)
+
+
+def test_a_card_removed_while_its_call_waits_ends_the_wait_without_a_500(relay: Relay, ops: Agent) -> None:
+    """A card row that disappears under a waiting call (removed by hand, or a database restored from a
+    copy) reads as withdrawn: the call is refused in the error shape, with no traceback."""
+    answer: dict[str, Any] = {}
+    call = threading.Thread(target=lambda: answer.update(zip(
+        ("status", "body"), ops.call("create_session", relay="this", text="x", wait_seconds=30), strict=True)))
+    call.start()
+    try:
+        card = poll("the card", lambda: next(iter(inbox_cards(relay)), None))
+        Card.delete().where(Card.id == card["id"]).execute()
+    finally:
+        call.join(60)
+    assert answer["status"] == 403 and answer["body"]["code"] == "REMOTE_RELAY_APPROVAL_DENIED", answer
+    assert [s["id"] for s in relay.owner.get("/api/v1/owner/sessions")["sessions"]] == [ops.session_id]

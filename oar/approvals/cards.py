@@ -196,9 +196,11 @@ def _await(runtime: Runtime, card_id: str, turn_id: str | None, seconds: float |
     lease = runtime.time("CARD_WAITER_LEASE_SECONDS")
 
     def look() -> Look[str]:
-        card = Card.get_by_id(card_id)
+        card = Card.get_or_none(Card.id == card_id)
         turn = Message.get_or_none(Message.id == turn_id) if turn_id is not None else None
         release_connection()
+        if card is None:  # deleted with its conversation while the call waited
+            return settled(CardStatus.WITHDRAWN)
         if card.status != CardStatus.PENDING:
             return settled(card.status)
         now = utcnow()
@@ -231,7 +233,9 @@ def _renew(card_id: str, until: datetime) -> None:
 
 def caller_gone(card_id: str, now: datetime) -> str:
     """Nobody waits on the card any more: keep it for its remembered Allow, else withdraw it (nothing is done)."""
-    card = Card.get_by_id(card_id)
+    card = Card.get_or_none(Card.id == card_id)
+    if card is None:
+        return CardStatus.WITHDRAWN
     if card.status != CardStatus.PENDING:
         release_connection()
         return card.status
