@@ -418,6 +418,24 @@ def test_a_question_card_is_answered_from_the_inbox_and_an_ask_dismissed(relay: 
     assert f"Question {asked} is dismissed, not pending." in html.unescape(again.text)
 
 
+@pytest.mark.parametrize("next_field", [
+    "//evil.example/", "/\t/evil.example", "/\n/evil.example", "/\\evil.example", "/inbox\r\nSet-Cookie: x=1",
+    "/inbox\r", " /inbox", "/in box", "https://evil.example/", "evil.example", "/\uff0fevil.example", "/\u200b/evil.example",
+    "",
+])
+def test_a_form_returns_only_to_a_path_on_this_site(relay: Relay, owner: Browser, next_field: str) -> None:
+    """A refused card decision goes back to `next` when it is a same-site path, else to the Inbox."""
+    response = owner.post("/cards/no-such-card", {"decision": "allow", "next": next_field}, allow_redirects=False)
+    assert response.status_code == 303, response.text[:300]
+    assert response.headers["Location"] == "/inbox"
+
+
+def test_a_form_returns_to_a_path_on_this_site_it_names(relay: Relay, owner: Browser) -> None:
+    response = owner.post("/cards/no-such-card", {"decision": "allow", "next": "/settings?x=1#providers"},
+                          allow_redirects=False)
+    assert response.status_code == 303 and response.headers["Location"] == "/settings?x=1#providers"
+
+
 def test_a_question_card_on_the_session_page_takes_free_text(relay: Relay, owner: Browser, desk: Agent) -> None:
     waiting = desk.ok("create_session", relay="this", text="!ask Name the branch?", wait_seconds=30)
     here = f"/sessions/{waiting['session']}"

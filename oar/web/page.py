@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import unicodedata
 from datetime import datetime
 from typing import Any
 
@@ -166,12 +167,26 @@ def payload_of(fields: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
+def same_site_path(target: str) -> bool:
+    r"""Whether a form's `next` is a path on this site (docs/owner-api.md#the-page).
+
+    Browsers drop tabs and newlines from a URL, read `\` as `/` and fold look-alike slashes, so
+    `/\t/evil.example` leads off-site as `//evil.example` does: a path starts with one `/`, and
+    neither it nor its NFKC form holds a second leading `/`, a `\`, a control character or a
+    space. A carriage return would also break the Location header.
+    """
+    for text in (target, unicodedata.normalize("NFKC", target)):
+        if not text.startswith("/") or text[1:2] == "/" or "\\" in text:
+            return False
+        if any(char.isspace() or unicodedata.category(char) in ("Cc", "Cf") for char in text):
+            return False
+    return True
+
+
 def back(default: str) -> str:
-    """Where a form returns to: its `next` field when that is a path on this site."""
+    """Where a form returns to: its `next` field when that is a path on this site, else `default`."""
     target = request.form.get("next", "")
-    if target.startswith("/") and not target.startswith("//") and "\\" not in target and "\n" not in target:
-        return target
-    return default
+    return target if same_site_path(target) else default
 
 
 def done(message: str, default: str) -> ResponseReturnValue:
