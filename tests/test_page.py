@@ -136,6 +136,19 @@ def test_the_cookie_is_secure_when_the_page_is_served_over_https(relay: Relay, v
         relay.runtime.config = app_config
 
 
+def test_behind_a_trusted_tls_proxy_the_cookie_is_secure(relay: Relay, visitor: Browser) -> None:
+    """X-Forwarded-Proto counts only when OAR_TRUST_PROXY says a proxy is in front."""
+    forwarded = {"X-Forwarded-Proto": "https", "X-Forwarded-For": "203.0.113.9"}
+    assert "Secure" not in visitor.get("/", headers=forwarded).headers["Set-Cookie"]  # anyone may send it
+    app_config = relay.runtime.config
+    relay.runtime.config = app_config.with_overrides(trust_proxy=1)
+    try:
+        assert "Secure" in Browser(relay).get("/", headers=forwarded).headers["Set-Cookie"]
+        assert "Secure" not in Browser(relay).get("/").headers["Set-Cookie"]  # the proxy spoke plain http
+    finally:
+        relay.runtime.config = app_config
+
+
 def test_every_page_links_to_sessions_inbox_and_settings(relay: Relay, owner: Browser, desk: Agent) -> None:
     for path in ("/", "/inbox", "/settings", f"/sessions/{desk.session_id}", "/no-such-page"):
         page = owner.get(path)

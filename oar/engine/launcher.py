@@ -20,7 +20,7 @@ from pathlib import Path
 import requests
 
 from oar.core import settings
-from oar.core.config import from_environment
+from oar.core.config import ConfigError, check, from_environment
 from oar.core.db import database, open_database
 from oar.owner.bootstrap import ensure_owner_token, migrate
 
@@ -30,6 +30,11 @@ PROJECT = Path(__file__).resolve().parents[2]
 
 def main() -> int:
     config = from_environment()
+    try:
+        check(config)
+    except ConfigError as error:
+        print(f"oar serve: {error}", file=sys.stderr, flush=True)
+        return 2
     config.data_dir.mkdir(parents=True, exist_ok=True)
     open_database(config)
     migrate()
