@@ -32,7 +32,7 @@ from oar.core.errors import ActionError, invalid
 from oar.core.fields import unstorable_text
 from oar.core.models import Provider as ProviderRow
 from oar.core.timeutil import iso, utcnow
-from oar.owner import conversations, inbox, providers, schedules, settings, subscriptions
+from oar.owner import conversations, inbox, providers, schedules, settings, signins, subscriptions
 from oar.sessions import sessions
 from oar.sessions import state as session_state
 from oar.web import page_auth, page_views, runtime
@@ -211,15 +211,29 @@ def index() -> ResponseReturnValue:
 
 @blueprint.post("/")
 def sign_in() -> ResponseReturnValue:
+    """The owner token signs in; after too many wrong ones from an address, it waits first
+    (docs/owner-api.md#signing-in)."""
+    wait = page_auth.sign_in_wait()
+    if wait is not None:
+        error = f"Too many wrong owner tokens from this address. Try again in {wait} s; nothing was checked."
+        return render_template("sign_in.html", error=error), 429, {"Retry-After": str(wait)}
     if is_owner_token(runtime().config, form_text("token").strip()):
+        page_auth.sign_in_succeeded()
         page_auth.sign_in(runtime().config)
         return redirect(url_for("page.index"), code=303)
+    page_auth.sign_in_failed()
     return render_template("sign_in.html", error="That is not the owner token of this relay. Try again."), 401
 
 
 @blueprint.post("/sign-out")
 def sign_out() -> ResponseReturnValue:
     page_auth.sign_out()
+    return redirect(url_for("page.index"), code=303)
+
+
+@blueprint.post("/sign-out/everywhere")
+def sign_out_everywhere() -> ResponseReturnValue:
+    page_auth.sign_out_everywhere()
     return redirect(url_for("page.index"), code=303)
 
 
@@ -365,7 +379,7 @@ def settings_page(status: int = 200, **extra: Any) -> ResponseReturnValue:
             editing = provider_form_values(row)
     return render_template(
         "settings.html", page_kind="settings", values=values, providers=page_views.provider_list(),
-        provider_values=editing or {"kind": "chat"}, kinds=PROVIDER_KINDS_OFFERED, **extra,
+        provider_values=editing or {"kind": "chat"}, kinds=PROVIDER_KINDS_OFFERED, sign_ins=signins.count(), **extra,
     ), status
 
 
@@ -450,6 +464,16 @@ def save_provider() -> ResponseReturnValue:
     models = ", ".join((row.options or {}).get("models") or []) or "none listed"
     flash(f'Provider "{row.name}" saved. Models: {models}.' + (f" {note}" if note else ""), "ok")
     return redirect(url_for("page.settings_view") + "#providers", code=303)
+
+
+@blueprint.post("/settings/tokens/revoke")
+def revoke_token() -> ResponseReturnValue:
+    here = url_for("page.settings_view") + "#access"
+    try:
+        session = conversations.revoke_given_token(runtime(), payload_of({"token": form_text("token").strip()}))
+    except ActionError as error:
+        return refused(error, here)
+    return done(f"Revoked an agent token of session {session.id[:8]} ({session.title}).", here)
 
 
 @blueprint.post("/settings/providers/<name>/delete")
