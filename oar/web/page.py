@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import shlex
 import unicodedata
-from datetime import datetime
 from typing import Any
 
 from flask import (
@@ -35,7 +34,7 @@ from oar.core.timeutil import iso, utcnow
 from oar.owner import conversations, inbox, providers, schedules, settings, signins, subscriptions
 from oar.sessions import sessions
 from oar.sessions import state as session_state
-from oar.web import page_auth, page_views, runtime
+from oar.web import page_auth, page_filters, page_views, runtime
 from oar.web.auth import is_owner_token
 
 blueprint = Blueprint("page", __name__)
@@ -56,8 +55,8 @@ WHOLE_NUMBER = re.compile(r"^\s*-?\d{1,18}\s*$")
 @blueprint.record_once
 def setup(state: Any) -> None:
     page_auth.install(state.app)
-    state.app.add_template_filter(ago)
-    state.app.add_template_filter(when)
+    state.app.add_template_filter(page_filters.ago)
+    state.app.add_template_filter(page_filters.when)
 
 
 @blueprint.url_value_preprocessor
@@ -110,46 +109,6 @@ def security_headers(response: Response) -> Response:
         for name, value in SECURITY_HEADERS.items():
             response.headers.setdefault(name, value)
     return response
-
-
-# Template filters ------------------------------------------------------------------------------
-
-
-def ago(moment: datetime | str | None) -> str:
-    """`just now`, `5 min ago`, `3 h ago`, `2 days ago`."""
-    if not moment:
-        return "never"
-    moment = parse_time(moment)
-    seconds = (utcnow() - moment).total_seconds()
-    if seconds < 0:
-        return "in " + _span(-seconds)
-    if seconds < 45:
-        return "just now"
-    return _span(seconds) + " ago"
-
-
-def _span(seconds: float) -> str:
-    if seconds < 90:
-        return f"{round(seconds)} s"
-    if seconds < 90 * 60:
-        return f"{round(seconds / 60)} min"
-    if seconds < 36 * 3600:
-        return f"{round(seconds / 3600)} h"
-    return f"{round(seconds / 86400)} days"
-
-
-def when(moment: datetime | str | None) -> str:
-    """A UTC time as `2026-11-02 02:00 UTC`."""
-    if not moment:
-        return ""
-    return parse_time(moment).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def parse_time(moment: datetime | str) -> datetime:
-    """A naive UTC datetime, from a datetime or the API's `…Z` text."""
-    if isinstance(moment, str):
-        return datetime.fromisoformat(moment.replace("Z", "+00:00")).replace(tzinfo=None)
-    return moment
 
 
 # Helpers ---------------------------------------------------------------------------------------
