@@ -8,14 +8,18 @@ discovery refused with it); then no answer, listing, transcript, error text or l
 
 from __future__ import annotations
 
+import html
 import json
 import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
+from oar.core import settings
 from oar.core.db import database
 from oar.providers import ensure_builtin
 from tests.fakes.llm import FakeLLM
@@ -119,3 +123,26 @@ def test_no_api_key_appears_in_answers_listings_transcripts_errors_or_logs(
     finally:
         llm.stop()
         runs.stop()
+
+
+def test_debug_logs_hold_no_page_secret_sign_in_or_token(logged: tuple[RelayStack, Relay, Path]) -> None:
+    """At DEBUG the database's SQL is logged without its parameters: the page's signing key,
+    sign-in ids, the owner token and agent tokens stay out of every log (docs/operations.md#logs)."""
+    stack, relay, web_log = logged
+    browser = requests.Session()
+    form = browser.get(relay.url + "/", timeout=30).text
+    csrf = html.unescape(re.search(r'name="csrf_token" value="([^"]+)"', form).group(1))  # type: ignore[union-attr]
+    signed = browser.post(relay.url + "/", data={"csrf_token": csrf, "token": relay.config.owner_token}, timeout=30)
+    assert "Sign out" in signed.text
+    desk = relay.conversation("desk")
+    assert desk.ok("list_sessions", relay="this")
+    with database.connection_context():
+        secret = settings.get_value("page_secret_key")
+    assert secret
+    stack.stop("worker")
+    web = web_log.read_text(errors="replace")
+    assert 'INSERT OR IGNORE INTO "setting"' in web or 'INSERT INTO "setting"' in web  # SQL is logged, at DEBUG
+    for name, value in (("page secret", secret), ("owner token", relay.config.owner_token or ""),
+                        ("agent token", desk.token), ("page cookie", browser.cookies["oar_page"])):
+        assert value not in web, f"the {name} in the web server's log"
+        assert value not in stack.log_path("worker").read_text(errors="replace"), f"the {name} in the workers' log"

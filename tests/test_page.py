@@ -8,14 +8,18 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 import requests
 
+from oar.core import defaults, keys
 from oar.core.db import database
 from oar.core.models import Provider as ProviderRow
 from oar.core.models import Session as SessionRow
+from oar.core.models import SignIn
+from oar.core.timeutil import utcnow
 from tests.fakes.llm import FakeLLM
 from tests.support.clients import Agent, poll
 from tests.support.conversations import pending_card, relay_line
@@ -124,6 +128,115 @@ def test_signing_in_sets_an_http_only_lax_cookie_and_signing_out_ends_it(relay: 
     assert visitor.get("/live/overview").status_code == 401
 
 
+def copy_of(browser: Browser) -> Browser:
+    """Another browser holding a copy of `browser`'s cookies (as a stolen cookie would be)."""
+    thief = Browser(browser.relay)
+    thief.http.cookies.update(browser.http.cookies.get_dict())
+    return thief
+
+
+def test_a_cookie_copied_before_signing_out_no_longer_opens_settings(relay: Relay, owner: Browser) -> None:
+    thief = copy_of(owner)
+    assert thief.get("/settings", allow_redirects=False).status_code == 200
+    owner.post("/sign-out")
+    assert thief.get("/settings", allow_redirects=False).status_code == 302
+    assert thief.get("/live/overview").status_code == 401
+
+
+def test_sign_out_everywhere_ends_every_browsers_sign_in(relay: Relay, owner: Browser) -> None:
+    laptop = Browser(relay)
+    laptop.sign_in()
+    page = owner.get("/settings")
+    assert re.search(r"Signed in to this page: \d+ browsers", text_of(page))
+    owner.post("/sign-out/everywhere")
+    for browser in (owner, laptop):
+        assert browser.get("/settings", allow_redirects=False).status_code == 302
+    with database.connection_context():
+        assert SignIn.select().count() == 0
+
+
+def test_the_owner_api_signs_every_browser_out(relay: Relay, owner: Browser) -> None:
+    status, answer = relay.owner.request("DELETE", "/api/v1/owner/sign-ins")
+    assert status == 200 and answer["signedOut"] >= 1, answer
+    assert owner.get("/settings", allow_redirects=False).status_code == 302
+    assert relay.owner.request("DELETE", "/api/v1/owner/sign-ins")[1]["signedOut"] == 0
+
+
+def test_a_sign_in_ends_14_days_after_its_last_visit_on_the_server(relay: Relay, owner: Browser) -> None:
+    with database.connection_context():
+        [row] = list(SignIn.select().order_by(SignIn.created_at.desc()).limit(1))
+        SignIn.update(last_seen_at=utcnow() - timedelta(days=13, hours=23)).where(SignIn.id_hash == row.id_hash).execute()
+    assert owner.get("/settings", allow_redirects=False).status_code == 200  # and the visit is written down
+    with database.connection_context():
+        seen = SignIn.get_by_id(row.id_hash).last_seen_at
+        assert utcnow() - seen < timedelta(minutes=5)
+        SignIn.update(last_seen_at=utcnow() - timedelta(days=14, seconds=1)).where(SignIn.id_hash == row.id_hash).execute()
+    assert owner.get("/settings", allow_redirects=False).status_code == 302
+    with database.connection_context():
+        assert SignIn.get_or_none(SignIn.id_hash == row.id_hash) is None
+    # The table holds the id's hash only: the cookie's id is not in the database.
+    assert owner.http.cookies.get("oar_page") and row.id_hash not in owner.http.cookies["oar_page"]
+
+
+@pytest.fixture
+def forgiven(relay: Relay) -> Iterator[None]:
+    """This test's wrong tokens are forgotten afterwards (other tests sign in from the same address)."""
+    yield
+    assert relay.runtime is not None
+    relay.runtime.redis.delete(keys.sign_in_failures(relay.config.namespace, "127.0.0.1"))
+
+
+def test_after_five_wrong_tokens_sign_in_waits_even_for_the_right_one(relay: Relay, visitor: Browser, forgiven: None) -> None:
+    visitor.get("/")
+    for attempt in range(defaults.SIGN_IN_FAILURES_ALLOWED):
+        assert visitor.post("/", {"token": f"oar_o_wrong{attempt}"}).status_code == 401
+    page = visitor.post("/", {"token": relay.config.owner_token})
+    assert page.status_code == 429 and 0 < int(page.headers["Retry-After"]) <= defaults.SIGN_IN_FAILURE_WINDOW_SECONDS
+    assert "Too many wrong owner tokens from this address" in page.text and 'name="token"' in page.text
+    assert visitor.get("/settings", allow_redirects=False).status_code == 302
+    # Another web process sees the same count: it lives in Redis.
+    other = Browser(relay)
+    other.get("/")
+    assert other.post("/", {"token": relay.config.owner_token}).status_code == 429
+
+
+def test_a_right_token_forgives_the_wrong_ones_before_it(relay: Relay, visitor: Browser, forgiven: None) -> None:
+    visitor.get("/")
+    for _ in range(defaults.SIGN_IN_FAILURES_ALLOWED - 1):
+        assert visitor.post("/", {"token": "oar_o_wrong"}).status_code == 401
+    visitor.sign_in()
+    visitor.post("/sign-out")
+    for _ in range(defaults.SIGN_IN_FAILURES_ALLOWED - 1):
+        assert visitor.post("/", {"token": "oar_o_wrong"}).status_code == 401
+    visitor.sign_in()
+
+
+def test_one_agent_token_is_revoked_from_the_page_and_its_next_call_is_401(relay: Relay, owner: Browser, desk: Agent) -> None:
+    _, minted = relay.owner.request("POST", f"/api/v1/owner/sessions/{desk.session_id}/tokens")
+    token = minted["token"]
+    assert Agent(relay.url, token, desk.session_id).call("list_sessions", relay="this")[0] == 200
+    page = owner.post("/settings/tokens/revoke", {"token": token})
+    assert page.url.endswith("/settings#access") and f"Revoked an agent token of session {desk.session_id[:8]}" in text_of(page)
+    status, answer = Agent(relay.url, token, desk.session_id).call("list_sessions", relay="this")
+    assert (status, answer["code"]) == (401, "REMOTE_RELAY_UNAUTHORIZED")
+    assert desk.call("list_sessions", relay="this")[0] == 200  # the session's other token stays
+    again = owner.post("/settings/tokens/revoke", {"token": token})
+    assert "That is not an agent token on this relay" in text_of(again)
+
+
+def test_one_agent_token_is_revoked_with_the_owner_api(relay: Relay, desk: Agent) -> None:
+    _, minted = relay.owner.request("POST", f"/api/v1/owner/sessions/{desk.session_id}/tokens")
+    status, answer = relay.owner.request("POST", "/api/v1/owner/tokens/revoke", {"token": minted["token"]})
+    assert (status, answer) == (200, {"ok": True, "revoked": True, "session": desk.session_id})
+    assert Agent(relay.url, minted["token"], desk.session_id).call("list_sessions", relay="this")[0] == 401
+    assert desk.call("list_sessions", relay="this")[0] == 200
+    status, answer = relay.owner.request("POST", "/api/v1/owner/tokens/revoke", {"token": minted["token"]})
+    assert (status, answer["code"]) == (404, "REMOTE_RELAY_NOT_FOUND")
+    for bad in ({}, {"token": 5}, {"token": "x", "extra": 1}):
+        status, answer = relay.owner.request("POST", "/api/v1/owner/tokens/revoke", bad)
+        assert (status, answer["code"]) == (400, "REMOTE_RELAY_INVALID_INPUT"), bad
+
+
 def test_the_cookie_is_secure_when_the_page_is_served_over_https(relay: Relay, visitor: Browser) -> None:
     app_config = relay.runtime.config
     relay.runtime.config = app_config.with_overrides(public_url="https://relay.example")
@@ -132,6 +245,19 @@ def test_the_cookie_is_secure_when_the_page_is_served_over_https(relay: Relay, v
         assert "Secure" in response.headers["Set-Cookie"]
         # The browser keeps a Secure cookie to https: over plain http the form comes back refused.
         assert visitor.post("/", {"token": relay.config.owner_token}).status_code == 400
+    finally:
+        relay.runtime.config = app_config
+
+
+def test_behind_a_trusted_tls_proxy_the_cookie_is_secure(relay: Relay, visitor: Browser) -> None:
+    """X-Forwarded-Proto counts only when OAR_TRUST_PROXY says a proxy is in front."""
+    forwarded = {"X-Forwarded-Proto": "https", "X-Forwarded-For": "203.0.113.9"}
+    assert "Secure" not in visitor.get("/", headers=forwarded).headers["Set-Cookie"]  # anyone may send it
+    app_config = relay.runtime.config
+    relay.runtime.config = app_config.with_overrides(trust_proxy=1)
+    try:
+        assert "Secure" in Browser(relay).get("/", headers=forwarded).headers["Set-Cookie"]
+        assert "Secure" not in Browser(relay).get("/").headers["Set-Cookie"]  # the proxy spoke plain http
     finally:
         relay.runtime.config = app_config
 
@@ -416,6 +542,24 @@ def test_a_question_card_is_answered_from_the_inbox_and_an_ask_dismissed(relay: 
     assert "Dismissed." in page.text and "Nothing is waiting for you." in page.text
     again = owner.post(f"/questions/{asked}", {"answer": "late"})
     assert f"Question {asked} is dismissed, not pending." in html.unescape(again.text)
+
+
+@pytest.mark.parametrize("next_field", [
+    "//evil.example/", "/\t/evil.example", "/\n/evil.example", "/\\evil.example", "/inbox\r\nSet-Cookie: x=1",
+    "/inbox\r", " /inbox", "/in box", "https://evil.example/", "evil.example", "/\uff0fevil.example", "/\u200b/evil.example",
+    "",
+])
+def test_a_form_returns_only_to_a_path_on_this_site(relay: Relay, owner: Browser, next_field: str) -> None:
+    """A refused card decision goes back to `next` when it is a same-site path, else to the Inbox."""
+    response = owner.post("/cards/no-such-card", {"decision": "allow", "next": next_field}, allow_redirects=False)
+    assert response.status_code == 303, response.text[:300]
+    assert response.headers["Location"] == "/inbox"
+
+
+def test_a_form_returns_to_a_path_on_this_site_it_names(relay: Relay, owner: Browser) -> None:
+    response = owner.post("/cards/no-such-card", {"decision": "allow", "next": "/settings?x=1#providers"},
+                          allow_redirects=False)
+    assert response.status_code == 303 and response.headers["Location"] == "/settings?x=1#providers"
 
 
 def test_a_question_card_on_the_session_page_takes_free_text(relay: Relay, owner: Browser, desk: Agent) -> None:

@@ -173,3 +173,34 @@ def test_screenshots_of_the_session_page_and_the_inbox(relay: Relay, tab: Page, 
     expect(tab.locator(".watch-count")).to_have_text("watching 1 session")
     tab.screenshot(path=str(target / "sessions.png"), full_page=True)
     assert (target / "session.png").stat().st_size > 10_000 and (target / "inbox.png").stat().st_size > 10_000
+
+
+def test_a_cookie_copied_before_sign_out_opens_nothing_and_sign_out_everywhere_ends_the_rest(
+    chromium: Browser, relay: Relay, tab: Page
+) -> None:
+    copied = tab.context.cookies()
+    thief = chromium.new_context(base_url=relay.url)
+    thief.add_cookies(copied)  # type: ignore[arg-type]
+    stolen = thief.new_page()
+    stolen.goto("/settings")
+    expect(stolen.locator("h1")).to_have_text("Settings")
+    tab.get_by_role("button", name="Sign out").click()
+    expect(tab.get_by_label("Owner token")).to_be_visible()
+    stolen.goto("/settings")
+    expect(stolen.get_by_label("Owner token")).to_be_visible()  # sent back to the sign-in form
+
+    tab.get_by_label("Owner token").fill(relay.config.owner_token or "")
+    tab.get_by_role("button", name="Sign in").click()
+    laptop = chromium.new_context(base_url=relay.url)
+    other = laptop.new_page()
+    other.goto("/")
+    other.get_by_label("Owner token").fill(relay.config.owner_token or "")
+    other.get_by_role("button", name="Sign in").click()
+    expect(other.get_by_role("button", name="Sign out")).to_be_visible()
+    tab.goto("/settings")
+    tab.get_by_role("button", name="Sign out everywhere").click()
+    expect(tab.get_by_label("Owner token")).to_be_visible()
+    other.goto("/settings")
+    expect(other.get_by_label("Owner token")).to_be_visible()
+    thief.close()
+    laptop.close()

@@ -48,6 +48,16 @@ TUNABLE_TIMES = (
 )
 
 
+# An owner token set in the environment must be at least this long and hold at least this
+# many different characters (docs/operations.md#security): "changeme" or "aaaa…" is refused.
+OWNER_TOKEN_MIN_CHARS = 32
+OWNER_TOKEN_MIN_DISTINCT = 10
+
+
+class ConfigError(ValueError):
+    """A setting the relay refuses to start with; the message says which and what to do."""
+
+
 @dataclass(frozen=True)
 class Config:
     host: str = "127.0.0.1"
@@ -58,6 +68,9 @@ class Config:
     owner_token: str | None = None  # None: generated once, printed, stored hashed
     relay_name: str = field(default_factory=socket.gethostname)
     public_url: str | None = None
+    # Proxies in front of the web server whose X-Forwarded-For/-Proto are believed (0: none):
+    # only then does a request forwarded from https count as https (docs/operations.md#behind-a-proxy).
+    trust_proxy: int = 0
     # Prefix of every Redis key and queue name, so several relays (or test runs) can
     # share one Redis server.
     namespace: str = "oar"
@@ -97,12 +110,35 @@ def from_environment(environ: Mapping[str, str] | None = None) -> Config:
         owner_token=env.get("OAR_OWNER_TOKEN") or None,
         relay_name=env.get("OAR_RELAY_NAME") or base.relay_name,
         public_url=env.get("OAR_PUBLIC_URL") or None,
+        trust_proxy=int(env.get("OAR_TRUST_PROXY") or base.trust_proxy),
         namespace=env.get("OAR_NAMESPACE") or base.namespace,
         worker_processes=int(env.get("OAR_WORKER_PROCESSES") or base.worker_processes),
         worker_threads=int(env.get("OAR_WORKER_THREADS") or base.worker_threads),
         times=times,
         bwrap=env.get("OAR_BWRAP") or None,
     )
+
+
+def owner_token_problem(token: str) -> str | None:
+    """Why `token` is too weak to be the owner token, or None when it will do."""
+    if len(token) < OWNER_TOKEN_MIN_CHARS:
+        return f"it is {len(token)} characters long; the relay needs at least {OWNER_TOKEN_MIN_CHARS}"
+    if len(set(token)) < OWNER_TOKEN_MIN_DISTINCT:
+        return f"it has only {len(set(token))} different characters; the relay needs at least {OWNER_TOKEN_MIN_DISTINCT}"
+    return None
+
+
+def check(config: Config) -> None:
+    """Refuse to start with a guessable owner token (raises ConfigError saying what to do)."""
+    problem = owner_token_problem(config.owner_token) if config.owner_token else None
+    if problem:
+        raise ConfigError(
+            f"OAR_OWNER_TOKEN is too weak: {problem}. Set it to a random value, e.g. the output of "
+            "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`, or leave it unset and the relay "
+            "generates one and prints it once. The relay did not start."
+        )
+    if config.trust_proxy < 0:
+        raise ConfigError("OAR_TRUST_PROXY must be 0 (no proxy) or the number of proxies in front. The relay did not start.")
 
 
 CONFIG_FIELDS = tuple(f.name for f in fields(Config))

@@ -17,6 +17,7 @@ from playhouse.db_url import connect as connect_url
 from playhouse.db_url import parse as parse_url
 
 from oar.core.config import Config
+from oar.core.logs import hide_sql_parameters
 
 database = peewee.DatabaseProxy()
 
@@ -39,6 +40,7 @@ POSTGRES_POOL = {"max_connections": 8, "timeout": 30, "stale_timeout": 300}
 
 def open_database(config: Config) -> peewee.Database:
     """Create the database object for `config` and bind the proxy to it."""
+    hide_sql_parameters()
     if config.database_url:
         url = config.database_url
         scheme, sep, rest = url.partition("://")

@@ -78,6 +78,15 @@ SESSION_ID_BYTES = 8  # 64 bits, hex: shown shortened to 8 characters
 TOKEN_BYTES = 32  # 256 bits
 SHORT_ID_CHARS = 8
 
+# Signing in to the owner's page (docs/owner-api.md#signing-in).
+# A sign-in ends this long after the browser's last visit (checked on the server).
+SIGN_IN_LIFETIME_SECONDS = 14 * 86400
+# A sign-in's last visit is written at most this often (the page polls every second).
+SIGN_IN_SEEN_EVERY_SECONDS = 60
+# Wrong owner tokens one client address may send in the window; then sign-in waits.
+SIGN_IN_FAILURES_ALLOWED = 5
+SIGN_IN_FAILURE_WINDOW_SECONDS = 300
+
 # Schedules (docs/schedules.md).
 # Active schedules firing into one conversation, and set by one conversation for others.
 SCHEDULES_INTO_CONVERSATION = 20

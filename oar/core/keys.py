@@ -63,6 +63,11 @@ def provider_note(namespace: str, session_id: str, key: str) -> str:
     return f"{namespace}:providernote:{session_id}:{key}"
 
 
+def sign_in_failures(namespace: str, address: str) -> str:
+    """The sorted set of a client address's recent wrong owner tokens on the sign-in form."""
+    return f"{namespace}:signinfail:{address}"
+
+
 def rate_calls(namespace: str, conversation: str) -> str:
     """The sorted set of a conversation's recent relay calls."""
     return f"{namespace}:rate:{conversation}:calls"

@@ -8,6 +8,32 @@ import os
 from datetime import UTC, datetime
 
 
+class HiddenSQLParameters(logging.Filter):
+    """Keeps the SQL of peewee's DEBUG lines and drops their parameters.
+
+    peewee logs every query as `(sql, params)`; the parameters carry what is written: the
+    page's signing key, sign-in ids, provider keys, prompts. The SQL alone is what a person
+    debugging needs (docs/operations.md#logs).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, tuple) and len(record.msg) == 2:
+            sql, params = record.msg
+            record.msg = f"{sql} [{len(params)} parameters hidden]" if params else str(sql)
+            record.args = None
+        return True
+
+
+_HIDDEN_SQL_PARAMETERS = HiddenSQLParameters()
+
+
+def hide_sql_parameters() -> None:
+    """Install the filter on peewee's logger (once; every process that opens the database)."""
+    peewee_log = logging.getLogger("peewee")
+    if _HIDDEN_SQL_PARAMETERS not in peewee_log.filters:
+        peewee_log.addFilter(_HIDDEN_SQL_PARAMETERS)
+
+
 class JSONFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry = {

@@ -123,6 +123,18 @@ class AgentToken(BaseModel):
     created_at = pw.DateTimeField(default=utcnow)
 
 
+class SignIn(BaseModel):
+    """A browser signed in to the owner's page (docs/owner-api.md#signing-in). Its cookie carries
+    the sign-in id; the table holds the id's SHA-256 hash, so a database copy opens no page."""
+
+    id_hash = pw.CharField(primary_key=True, max_length=64)
+    created_at = pw.DateTimeField()
+    last_seen_at = pw.DateTimeField(index=True)
+
+    class Meta:
+        table_name = "sign_in"
+
+
 class Message(BaseModel):
     """A message in a session. Prompts carry the status of the turn they start."""
 
@@ -458,6 +470,6 @@ class Approval(BaseModel):
 
 
 MODELS: tuple[type[BaseModel], ...] = (
-    Setting, Provider, Group, Session, AgentToken, Message, Question, Task, Event, Schedule,
+    Setting, Provider, Group, Session, AgentToken, SignIn, Message, Question, Task, Event, Schedule,
     Subscription, HeldEvent, ReplyReceipt, TokenUsage, Card, Approval, StallWatch, Wakeup,
 )

@@ -1,4 +1,5 @@
-"""Calls per sliding minute per conversation (docs/rules.md#rate-limits).
+"""Calls per sliding minute per conversation (docs/rules.md#rate-limits), and wrong owner
+tokens per client address on the page's sign-in form (docs/owner-api.md#signing-in).
 
 The decision is a pure function of the recent call times and `now`; the times themselves
 live in Redis sorted sets, because they are a short-lived cache, not data: a flushed Redis
@@ -91,3 +92,49 @@ class RateLimiter:
         except redis.RedisError:
             return None  # without Redis the relay still serves; it only stops counting
         return None
+
+
+class FailureLimiter:
+    """Failures per key in a sliding window, shared by every web process through Redis.
+
+    `retry_after` is asked before the attempt is judged, so that even the right answer waits
+    once the limit is reached: otherwise guessing could go on at full speed.
+    """
+
+    def __init__(self, connection: redis.Redis, namespace: str, *, allowed: int, window: float) -> None:
+        self.connection = connection
+        self.namespace = namespace
+        self.allowed = allowed
+        self.window = window
+
+    def retry_after(self, address: str) -> int | None:
+        """Seconds until `address` may try again, or None when it may try now."""
+        now = time.time()
+        key = keys.sign_in_failures(self.namespace, address)
+        try:
+            pipe = self.connection.pipeline()
+            pipe.zremrangebyscore(key, 0, now - self.window)
+            pipe.zrange(key, 0, -1, withscores=True)
+            _, failures = pipe.execute()
+        except redis.RedisError:
+            return None  # without Redis the form still works; it only stops counting
+        return retry_after([score for _, score in failures], [], is_write=False, now=now,
+                           calls_per_window=self.allowed, writes_per_window=0, window=self.window)
+
+    def record_failure(self, address: str) -> None:
+        now = time.time()
+        key = keys.sign_in_failures(self.namespace, address)
+        try:
+            pipe = self.connection.pipeline()
+            pipe.zadd(key, {f"{now:.6f}:{time.perf_counter_ns()}": now})
+            pipe.expire(key, int(self.window) + 1)
+            pipe.execute()
+        except redis.RedisError:
+            pass
+
+    def forget(self, address: str) -> None:
+        """A right answer: the address's failures are forgiven."""
+        try:
+            self.connection.delete(keys.sign_in_failures(self.namespace, address))
+        except redis.RedisError:
+            pass

@@ -25,7 +25,7 @@ from pathlib import Path
 import requests
 
 from oar.core import lifeline, settings
-from oar.core.config import Config, from_environment
+from oar.core.config import Config, ConfigError, check, from_environment
 from oar.core.db import database, open_database
 from oar.engine.data_dir_lock import AnotherLauncher, DataDirLock
 from oar.engine.embedded_redis import EmbeddedRedis
@@ -37,6 +37,11 @@ PROJECT = Path(__file__).resolve().parents[2]
 
 def main() -> int:
     config = from_environment()
+    try:
+        check(config)
+    except ConfigError as error:
+        print(f"oar serve: {error}", file=sys.stderr, flush=True)
+        return 2
     config.data_dir.mkdir(parents=True, exist_ok=True)
     lock = DataDirLock(config.data_dir)
     try:

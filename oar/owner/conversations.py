@@ -39,6 +39,8 @@ NEW_SESSION = {
 }
 
 NEW_MESSAGE = {"text": TEXT}
+# The owner revokes one agent token by giving it (only its hash is stored, so nothing else names it).
+TOKEN_TO_REVOKE = {"token": Param("str", required=True, max_length=200, description="the agent token to revoke")}
 
 SESSION_CHANGES = {
     "may_create_sessions": Param("bool"),
@@ -153,6 +155,12 @@ def revoke_token(runtime: Runtime, token: str) -> Session:
     if session is None:
         raise not_found("That is not an agent token on this relay (or it was revoked already). Nothing was changed.")
     return session
+
+
+def revoke_given_token(runtime: Runtime, payload: dict[str, Any]) -> Session:
+    """The owner API's and the page's `{token}`: revoke that one agent token (its next call is 401)."""
+    args, _ = check_fields("revoke token", TOKEN_TO_REVOKE, payload, strict=True, nothing=CHANGED_NOTHING)
+    return revoke_token(runtime, args["token"])
 
 
 def change_session_settings(runtime: Runtime, session_id: str, payload: dict[str, Any]) -> Session:

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from flask import Flask, abort, jsonify, request
 from flask.json.provider import DefaultJSONProvider
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
+from werkzeug.middleware.proxy_fix import ProxyFix
 
 from oar.core import defaults
-from oar.core.config import Config, from_environment
+from oar.core.config import Config, check, from_environment
 from oar.core.db import database, open_database
 from oar.core.errors import ActionError
 from oar.core.fields import unstorable_text
@@ -28,18 +30,41 @@ class RelayJSONProvider(DefaultJSONProvider):
     sort_keys = False
 
 
+class TrustedProxies:
+    """X-Forwarded-For and X-Forwarded-Proto, believed only from the proxies OAR_TRUST_PROXY counts.
+
+    Without it anyone could claim https or another address; with it, a page served through a
+    TLS proxy gets Secure cookies and failed sign-ins are counted per real client address
+    (docs/operations.md#behind-a-proxy). The setting is read per request.
+    """
+
+    def __init__(self, app: Flask) -> None:
+        self.app = app
+        self.direct = app.wsgi_app
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        hops = self.app.extensions["oar"].config.trust_proxy
+        if hops:
+            return ProxyFix(self.direct, x_for=hops, x_proto=hops, x_host=0, x_port=0, x_prefix=0)(environ, start_response)
+        return self.direct(environ, start_response)
+
+
 def create_app(config: Config | None = None) -> Flask:
     config = config or from_environment()
+    check(config)
     app = Flask(__name__)
     # A prompt is at most 100,000 characters; 4 bytes each at most, plus the rest.
     app.config["MAX_CONTENT_LENGTH"] = defaults.MAX_PROMPT_CHARS * 4 + 64 * 1024
     app.json = RelayJSONProvider(app)
     open_database(config)
     app.extensions["oar"] = Runtime(config)
+    app.wsgi_app = TrustedProxies(app)  # type: ignore[method-assign]
 
     @app.before_request
     def connect() -> None:
-        database.connect(reuse_if_open=True)
+        # The health check connects itself: a database that is down is what it reports.
+        if request.endpoint != "health.healthz":
+            database.connect(reuse_if_open=True)
 
     @app.url_value_preprocessor
     def storable_ids(_endpoint: str | None, values: dict[str, Any] | None) -> None:

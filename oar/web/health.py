@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import logging
+
 from flask import Blueprint, jsonify
 from flask.typing import ResponseReturnValue
 
 from oar import __version__
+from oar.core.db import database
 from oar.owner.bootstrap import pending_migrations
 from oar.web import runtime
 from oar.web.described import ANYONE, Operation, described
 
 blueprint = Blueprint("health", __name__)
+log = logging.getLogger(__name__)
+# What an anonymous caller learns of a failing database: that it fails. The error text (a
+# host, a port, a user name, a file path) goes to the log (docs/operations.md#health-check).
+DATABASE_UNAVAILABLE = "database: unavailable"
 
 
 HEALTH = {
@@ -35,12 +42,14 @@ def healthz() -> ResponseReturnValue:
     problems = []
     name = relay.config.relay_name
     try:
+        database.connect(reuse_if_open=True)
         name = relay.relay_name()
         pending = pending_migrations()
         if pending:
             problems.append(f"database: migrations not applied ({', '.join(pending)}); run `python -m oar migrate`")
     except Exception as error:  # noqa: BLE001 - any failure here is what the check reports
-        problems.append(f"database: {type(error).__name__}: {error}")
+        log.warning("health check: the database failed: %s: %s", type(error).__name__, error)
+        problems.append(DATABASE_UNAVAILABLE)
     try:
         relay.redis.ping()
     except Exception as error:  # noqa: BLE001

@@ -14,7 +14,7 @@ from flask.typing import ResponseReturnValue
 from oar.core import settings as relay_settings
 from oar.core.errors import invalid
 from oar.core.fields import unstorable_text
-from oar.owner import conversations, groups, inbox, providers, schedules, settings, subscriptions
+from oar.owner import conversations, groups, inbox, providers, schedules, settings, signins, subscriptions
 from oar.providers import settings as provider_settings
 from oar.web import runtime
 from oar.web.auth import require_owner
@@ -74,6 +74,16 @@ def patch_settings() -> ResponseReturnValue:
     return ok(settings=settings.change_settings(runtime(), body()))
 
 
+# Sign-ins of the page ---------------------------------------------------------------------
+
+
+@blueprint.delete("/sign-ins")
+@described(owner("Sign every browser out of the page (sign out everywhere)", answer={"signedOut": COUNT}))
+def sign_out_everywhere() -> ResponseReturnValue:
+    """End every sign-in of the owner's page: each browser's next page asks for the owner token."""
+    return ok(signedOut=signins.end_all())
+
+
 # Sessions -------------------------------------------------------------------------------
 
 
@@ -118,6 +128,15 @@ def write_message(session_id: str) -> ResponseReturnValue:
 def new_token(session_id: str) -> ResponseReturnValue:
     session, token = conversations.issue_token(runtime(), session_id)
     return ok(token=token, session=session.id), 201
+
+
+@blueprint.post("/tokens/revoke")
+@described(owner("Revoke one agent token, given in the body", body=conversations.TOKEN_TO_REVOKE,
+                 answer={"revoked": {"type": "boolean"}, "session": TEXT}))
+def revoke_token() -> ResponseReturnValue:
+    """Revoke the agent token in the body: its next call is 401; the session's other tokens stay."""
+    session = conversations.revoke_given_token(runtime(), body())
+    return ok(revoked=True, session=session.id)
 
 
 @blueprint.delete("/sessions/<session_id>/tokens")

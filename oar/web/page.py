@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from datetime import datetime
+import unicodedata
 from typing import Any
 
 from flask import (
@@ -30,10 +30,10 @@ from oar.core.errors import ActionError, invalid
 from oar.core.fields import unstorable_text
 from oar.core.models import Provider as ProviderRow
 from oar.core.timeutil import iso, utcnow
-from oar.owner import conversations, inbox, providers, schedules, settings, subscriptions
+from oar.owner import conversations, inbox, providers, schedules, settings, signins, subscriptions
 from oar.sessions import sessions
 from oar.sessions import state as session_state
-from oar.web import page_auth, page_views, runtime
+from oar.web import page_auth, page_filters, page_views, runtime
 from oar.web.auth import is_owner_token
 
 blueprint = Blueprint("page", __name__)
@@ -55,8 +55,8 @@ WHOLE_NUMBER = re.compile(r"^\s*-?\d{1,18}\s*$")
 @blueprint.record_once
 def setup(state: Any) -> None:
     page_auth.install(state.app)
-    state.app.add_template_filter(ago)
-    state.app.add_template_filter(when)
+    state.app.add_template_filter(page_filters.ago)
+    state.app.add_template_filter(page_filters.when)
 
 
 @blueprint.before_request
@@ -106,46 +106,6 @@ def security_headers(response: Response) -> Response:
     return response
 
 
-# Template filters ------------------------------------------------------------------------------
-
-
-def ago(moment: datetime | str | None) -> str:
-    """`just now`, `5 min ago`, `3 h ago`, `2 days ago`."""
-    if not moment:
-        return "never"
-    moment = parse_time(moment)
-    seconds = (utcnow() - moment).total_seconds()
-    if seconds < 0:
-        return "in " + _span(-seconds)
-    if seconds < 45:
-        return "just now"
-    return _span(seconds) + " ago"
-
-
-def _span(seconds: float) -> str:
-    if seconds < 90:
-        return f"{round(seconds)} s"
-    if seconds < 90 * 60:
-        return f"{round(seconds / 60)} min"
-    if seconds < 36 * 3600:
-        return f"{round(seconds / 3600)} h"
-    return f"{round(seconds / 86400)} days"
-
-
-def when(moment: datetime | str | None) -> str:
-    """A UTC time as `2026-11-02 02:00 UTC`."""
-    if not moment:
-        return ""
-    return parse_time(moment).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def parse_time(moment: datetime | str) -> datetime:
-    """A naive UTC datetime, from a datetime or the API's `…Z` text."""
-    if isinstance(moment, str):
-        return datetime.fromisoformat(moment.replace("Z", "+00:00")).replace(tzinfo=None)
-    return moment
-
-
 # Helpers ---------------------------------------------------------------------------------------
 
 
@@ -161,12 +121,26 @@ def payload_of(fields: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
+def same_site_path(target: str) -> bool:
+    r"""Whether a form's `next` is a path on this site (docs/owner-api.md#the-page).
+
+    Browsers drop tabs and newlines from a URL, read `\` as `/` and fold look-alike slashes, so
+    `/\t/evil.example` leads off-site as `//evil.example` does: a path starts with one `/`, and
+    neither it nor its NFKC form holds a second leading `/`, a `\`, a control character or a
+    space. A carriage return would also break the Location header.
+    """
+    for text in (target, unicodedata.normalize("NFKC", target)):
+        if not text.startswith("/") or text[1:2] == "/" or "\\" in text:
+            return False
+        if any(char.isspace() or unicodedata.category(char) in ("Cc", "Cf") for char in text):
+            return False
+    return True
+
+
 def back(default: str) -> str:
-    """Where a form returns to: its `next` field when that is a path on this site."""
+    """Where a form returns to: its `next` field when that is a path on this site, else `default`."""
     target = request.form.get("next", "")
-    if target.startswith("/") and not target.startswith("//") and "\\" not in target and "\n" not in target:
-        return target
-    return default
+    return target if same_site_path(target) else default
 
 
 def done(message: str, default: str) -> ResponseReturnValue:
@@ -191,15 +165,29 @@ def index() -> ResponseReturnValue:
 
 @blueprint.post("/")
 def sign_in() -> ResponseReturnValue:
+    """The owner token signs in; after too many wrong ones from an address, it waits first
+    (docs/owner-api.md#signing-in)."""
+    wait = page_auth.sign_in_wait()
+    if wait is not None:
+        error = f"Too many wrong owner tokens from this address. Try again in {wait} s; nothing was checked."
+        return render_template("sign_in.html", error=error), 429, {"Retry-After": str(wait)}
     if is_owner_token(runtime().config, form_text("token").strip()):
+        page_auth.sign_in_succeeded()
         page_auth.sign_in(runtime().config)
         return redirect(url_for("page.index"), code=303)
+    page_auth.sign_in_failed()
     return render_template("sign_in.html", error="That is not the owner token of this relay. Try again."), 401
 
 
 @blueprint.post("/sign-out")
 def sign_out() -> ResponseReturnValue:
     page_auth.sign_out()
+    return redirect(url_for("page.index"), code=303)
+
+
+@blueprint.post("/sign-out/everywhere")
+def sign_out_everywhere() -> ResponseReturnValue:
+    page_auth.sign_out_everywhere()
     return redirect(url_for("page.index"), code=303)
 
 
@@ -345,7 +333,7 @@ def settings_page(status: int = 200, **extra: Any) -> ResponseReturnValue:
             editing = provider_form_values(row)
     return render_template(
         "settings.html", page_kind="settings", values=values, providers=page_views.provider_list(),
-        provider_values=editing or {"kind": "chat"}, kinds=PROVIDER_KINDS_OFFERED, **extra,
+        provider_values=editing or {"kind": "chat"}, kinds=PROVIDER_KINDS_OFFERED, sign_ins=signins.count(), **extra,
     ), status
 
 
@@ -430,6 +418,16 @@ def save_provider() -> ResponseReturnValue:
     models = ", ".join((row.options or {}).get("models") or []) or "none listed"
     flash(f'Provider "{row.name}" saved. Models: {models}.' + (f" {note}" if note else ""), "ok")
     return redirect(url_for("page.settings_view") + "#providers", code=303)
+
+
+@blueprint.post("/settings/tokens/revoke")
+def revoke_token() -> ResponseReturnValue:
+    here = url_for("page.settings_view") + "#access"
+    try:
+        session = conversations.revoke_given_token(runtime(), payload_of({"token": form_text("token").strip()}))
+    except ActionError as error:
+        return refused(error, here)
+    return done(f"Revoked an agent token of session {session.id[:8]} ({session.title}).", here)
 
 
 @blueprint.post("/settings/providers/<name>/delete")
