@@ -106,10 +106,10 @@ def test_web_uses_gunicorn_conf_py_and_answers_health(procfile: RelayStack) -> N
     health = requests.get(f"{procfile.url}/healthz", timeout=10)
     assert health.status_code == 200
     assert health.json() == {"ok": True, "version": health.json()["version"], "relay": "procfile"}
-    # gunicorn.conf.py asks for threaded (gthread) workers; a bare `gunicorn wsgi:app` read it.
+    # gunicorn.conf.py asks for threaded workers with read deadlines; a bare `gunicorn wsgi:app` read it.
     arbiter = psutil.Process(procfile.parts[WEB].pid)
     assert len(arbiter.children()) >= 1
-    assert "Using worker: gthread" in procfile.log(WEB)
+    assert "Using worker: oar.web.request_deadlines.DeadlineWorker" in procfile.log(WEB)
 
 
 def test_create_send_and_wait_work(procfile: RelayStack, owner: Owner) -> None:
