@@ -47,6 +47,7 @@ TUNABLE_TIMES = (
     "MCP_MAX_WAIT_SECONDS",
     "REQUEST_HEAD_TIMEOUT_SECONDS",
     "REQUEST_BODY_TIMEOUT_SECONDS",
+    "WAIT_SLOT_LEASE_SECONDS",
 )
 
 
@@ -66,6 +67,8 @@ class Config:
     # RQ worker processes of `oar worker`, and turns each runs at once (in threads).
     worker_processes: int = 2
     worker_threads: int = 32
+    # Calls of one conversation waiting at once (0: no cap).
+    max_waits_per_conversation: int = defaults.MAX_WAITS_PER_CONVERSATION
     times: Mapping[str, float] = field(default_factory=dict)
 
     def time(self, name: str) -> float:
@@ -100,6 +103,7 @@ def from_environment(environ: Mapping[str, str] | None = None) -> Config:
         namespace=env.get("OAR_NAMESPACE") or base.namespace,
         worker_processes=int(env.get("OAR_WORKER_PROCESSES") or base.worker_processes),
         worker_threads=int(env.get("OAR_WORKER_THREADS") or base.worker_threads),
+        max_waits_per_conversation=int(env.get("OAR_MAX_WAITS_PER_CONVERSATION") or base.max_waits_per_conversation),
         times=times,
     )
 
