@@ -40,7 +40,9 @@ FAST_TIMES = {
 CONCURRENT_SENDS = 100
 # gunicorn.conf.py's web workers on this machine, the 2 worker processes and the clock.
 PROCESSES_USING_THE_DATABASE = min(4, (os.cpu_count() or 1) * 2 + 1) + 2 + 1
-SENDERS = 5  # each conversation sends 20 prompts: under the loop limit of 30 (docs/rules.md#loop-protection)
+# Each conversation sends 4 prompts and waits on them at once: the most waits one conversation may
+# hold (docs/limits.md#waits-at-once), and under the loop limit of 30 (docs/rules.md#loop-protection).
+SENDERS = 25
 # Each worker process runs up to OAR_WORKER_THREADS (default 32) turns at once: 100 turns of
 # 3 s on 2 processes take about two rounds, so most sends come back done within wait_seconds.
 TURN_SLEEP = "3"
