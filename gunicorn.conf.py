@@ -11,7 +11,9 @@ import os
 from oar.core import lifeline
 
 bind = f"{os.environ.get('OAR_HOST', '127.0.0.1')}:{os.environ.get('PORT', '8080')}"
-worker_class = "gthread"
+# gthread with deadlines for reading a request, so that clients sending slowly cannot hold the
+# threads (docs/operations.md#slow-clients).
+worker_class = "oar.web.request_deadlines.DeadlineWorker"
 workers = int(os.environ.get("WEB_CONCURRENCY", min(4, multiprocessing.cpu_count() * 2 + 1)))
 threads = int(os.environ.get("OAR_WEB_THREADS", "64"))
 # gthread workers answer the arbiter from their main loop, so long requests don't trip this.

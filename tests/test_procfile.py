@@ -40,7 +40,9 @@ FAST_TIMES = {
 CONCURRENT_SENDS = 100
 # gunicorn.conf.py's web workers on this machine, the 2 worker processes and the clock.
 PROCESSES_USING_THE_DATABASE = min(4, (os.cpu_count() or 1) * 2 + 1) + 2 + 1
-SENDERS = 5  # each conversation sends 20 prompts: under the loop limit of 30 (docs/rules.md#loop-protection)
+# Each conversation sends 4 prompts and waits on them at once: the most waits one conversation may
+# hold (docs/limits.md#waits-at-once), and under the loop limit of 30 (docs/rules.md#loop-protection).
+SENDERS = 25
 # Each worker process runs up to OAR_WORKER_THREADS (default 32) turns at once: 100 turns of
 # 3 s on 2 processes take about two rounds, so most sends come back done within wait_seconds.
 TURN_SLEEP = "3"
@@ -106,10 +108,10 @@ def test_web_uses_gunicorn_conf_py_and_answers_health(procfile: RelayStack) -> N
     health = requests.get(f"{procfile.url}/healthz", timeout=10)
     assert health.status_code == 200
     assert health.json() == {"ok": True, "version": health.json()["version"], "relay": "procfile"}
-    # gunicorn.conf.py asks for threaded (gthread) workers; a bare `gunicorn wsgi:app` read it.
+    # gunicorn.conf.py asks for threaded workers with read deadlines; a bare `gunicorn wsgi:app` read it.
     arbiter = psutil.Process(procfile.parts[WEB].pid)
     assert len(arbiter.children()) >= 1
-    assert "Using worker: gthread" in procfile.log(WEB)
+    assert "Using worker: oar.web.request_deadlines.DeadlineWorker" in procfile.log(WEB)
 
 
 def test_create_send_and_wait_work(procfile: RelayStack, owner: Owner) -> None:

@@ -18,7 +18,7 @@ from oar.actions.registry import LEVELS, ActionSpec
 from oar.actions.targets import Target
 from oar.core import defaults
 from oar.core.errors import ActionError
-from oar.core.ratelimit import RateLimiter
+from oar.core.ratelimit import refuse_over_limit
 from oar.sessions import sessions as session_rules
 
 # Actions that still work on this relay while agent sessions are off (docs/rules.md#agent-sessions-on-or-off).
@@ -133,23 +133,9 @@ def hop_limit(call: Call) -> None:
 
 def rate_limit(call: Call) -> None:
     """Calls and writes per sliding minute per conversation (owner settings)."""
-    ctx = call.ctx
-    settings = ctx.settings
-    limiter = RateLimiter(ctx.runtime.redis, ctx.runtime.config.namespace, ctx.runtime.time("RATE_WINDOW_SECONDS"))
-    wait = limiter.check_and_record(
-        call.caller.session_id,
-        is_write=_is_write(call),
-        calls_per_window=settings["rate_calls_per_minute"],
-        writes_per_window=settings["rate_writes_per_minute"],
+    refuse_over_limit(
+        call.ctx.runtime, call.caller.session_id, is_write=_is_write(call), nothing=call.nothing, settings=call.ctx.settings
     )
-    if wait is not None:
-        raise ActionError(
-            "REMOTE_RELAY_RATE_LIMITED",
-            f"This conversation made too many relay_tool calls in the last minute "
-            f"(limits: {settings['rate_calls_per_minute']} calls, {settings['rate_writes_per_minute']} writes). "
-            f"Try again in {wait} s. {call.nothing}",
-            retryAfterSeconds=wait,
-        )
 
 
 # The order of docs/calling.md#check-order, after the arguments are valid and the relay is resolved; the

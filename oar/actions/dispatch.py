@@ -2,13 +2,15 @@
 
 validate arguments → (list_relays answers here) → resolve relay (the `Target`) → the named
 checks of `checks.CHECKS` (LOCAL_DISABLED → unlock → level → INBOUND_DISABLED → OWN_SESSION
-→ hop limit → rate limit) → `target.run`, whose handler makes the action's own checks
-(NESTED_SESSION / SESSION_LIMIT → model/group/folder → approval) before it changes anything.
-A call refused at any step changes nothing.
+→ hop limit → rate limit) → a wait slot for a call that may wait (`REMOTE_RELAY_TOO_MANY_WAITS`)
+→ `target.run`, whose handler makes the action's own checks (NESTED_SESSION / SESSION_LIMIT →
+model/group/folder → approval) before it changes anything. A call refused at any step changes
+nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 from typing import Any
@@ -18,8 +20,10 @@ from oar.actions.catalog import load_actions
 from oar.actions.checks import Call, run_checks
 from oar.actions.context import CallContext
 from oar.actions.targets import Target, ThisRelay, resolve_target
+from oar.core import defaults
 from oar.core.errors import ActionError, invalid
 from oar.core.fields import unstorable_text
+from oar.core.wait_slots import wait_slot
 from oar.core.waiting import CallerGone
 
 log = logging.getLogger(__name__)
@@ -46,6 +50,16 @@ def dispatch(ctx: CallContext, payload: Any) -> tuple[int, dict[str, Any]]:
             "Its changes were rolled back.",
         )
         return internal.status, internal.to_dict()
+
+
+def may_wait(call: Call) -> bool:
+    """Whether the call holds its caller's thread in a wait, and so takes a wait slot
+    (docs/limits.md#waits-at-once): an HTTP or MCP call that asks to wait for a reply. (A call
+    that waits on an approval card takes one when it asks for the card, `cards.approve`.)"""
+    if not call.ctx.can_wait or "wait_seconds" not in call.spec.params:
+        return False
+    requested = call.args.get("wait_seconds")
+    return bool((defaults.DEFAULT_WAIT_SECONDS if requested is None else requested) > 0)
 
 
 def _action_name(payload: Any) -> Any:
@@ -76,10 +90,14 @@ def _run(ctx: CallContext, payload: Any) -> dict[str, Any]:
     args, ignored = check_arguments(spec, payload)
     if spec.name == "list_relays":  # it answers here, before any relay is resolved
         target: Target = ThisRelay.of(ctx)
+        result = target.run(ctx, spec, args)
     else:
         target = resolve_target(ctx, spec, args)
-        run_checks(Call(ctx=ctx, caller=ctx.calling, target=target, spec=spec, args=args))
-    result = target.run(ctx, spec, args)
+        call = Call(ctx=ctx, caller=ctx.calling, target=target, spec=spec, args=args)
+        run_checks(call)
+        holding = wait_slot(ctx.runtime, ctx.caller.id, call.nothing) if may_wait(call) else contextlib.nullcontext()
+        with holding:
+            result = target.run(ctx, spec, args)
     envelope = {"ok": True, "relay": target.name, "summary": result.pop("summary"), **result}
     if ignored:
         envelope["ignored"] = ignored

@@ -22,6 +22,7 @@ changes nothing.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -35,6 +36,7 @@ from oar.core.runtime import Runtime
 from oar.core.signals import publish
 from oar.core.statuses import LIVE_TURN, CardStatus
 from oar.core.timeutil import iso, utcnow
+from oar.core.wait_slots import wait_slot
 from oar.core.waiting import CallerGone, Look, not_yet, settled, wait_on_signals
 
 # The Allows remembered per conversation and relay.
@@ -121,11 +123,14 @@ def approve(ctx: Asker, request: Request) -> None:
             f"{request.action} needs the owner's approval ({why(reasons[0])}), and nobody waits on this call for "
             f"the owner's answer. {request.nothing}".strip(),
         )
-    card = _create(ctx, caller, turn, request, reasons)
-    # A waiting call that is its own live turn waits as long as its caller does; the card stays
-    # for the owner (or is withdrawn) as when the caller goes away.
-    outcome = _await(ctx.runtime, card.id, turn.id if turn is not None else None,
-                     seconds=ctx.max_wait_seconds if turn is None else None)
+    # An HTTP or MCP caller waits for the owner in a web thread: one of its conversation's wait
+    # slots (docs/limits.md#waits-at-once), taken before the card exists so that a refusal changes nothing.
+    with wait_slot(ctx.runtime, ctx.caller.id, request.nothing) if ctx.can_wait else contextlib.nullcontext():
+        card = _create(ctx, caller, turn, request, reasons)
+        # A waiting call that is its own live turn waits as long as its caller does; the card stays
+        # for the owner (or is withdrawn) as when the caller goes away.
+        outcome = _await(ctx.runtime, card.id, turn.id if turn is not None else None,
+                         seconds=ctx.max_wait_seconds if turn is None else None)
     if outcome == CardStatus.ALLOWED:
         return
     raise _refusal(card, outcome, request)

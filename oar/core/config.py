@@ -45,6 +45,9 @@ TUNABLE_TIMES = (
     "CARD_EXPIRY_SECONDS",
     "CARD_WAITER_LEASE_SECONDS",
     "MCP_MAX_WAIT_SECONDS",
+    "REQUEST_HEAD_TIMEOUT_SECONDS",
+    "REQUEST_BODY_TIMEOUT_SECONDS",
+    "WAIT_SLOT_LEASE_SECONDS",
 )
 
 
@@ -77,6 +80,8 @@ class Config:
     # RQ worker processes of `oar worker`, and turns each runs at once (in threads).
     worker_processes: int = 2
     worker_threads: int = 32
+    # Calls of one conversation waiting at once (0: no cap).
+    max_waits_per_conversation: int = defaults.MAX_WAITS_PER_CONVERSATION
     times: Mapping[str, float] = field(default_factory=dict)
     # The bubblewrap binary tasks run under (docs/tasks.md#the-sandbox); None: `bwrap` on PATH.
     bwrap: str | None = None
@@ -114,6 +119,7 @@ def from_environment(environ: Mapping[str, str] | None = None) -> Config:
         namespace=env.get("OAR_NAMESPACE") or base.namespace,
         worker_processes=int(env.get("OAR_WORKER_PROCESSES") or base.worker_processes),
         worker_threads=int(env.get("OAR_WORKER_THREADS") or base.worker_threads),
+        max_waits_per_conversation=int(env.get("OAR_MAX_WAITS_PER_CONVERSATION") or base.max_waits_per_conversation),
         times=times,
         bwrap=env.get("OAR_BWRAP") or None,
     )

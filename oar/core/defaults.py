@@ -36,6 +36,16 @@ CARD_WAITER_LEASE_SECONDS = 30
 RATE_CALLS_PER_MINUTE = 60
 RATE_WRITES_PER_MINUTE = 10
 RATE_WINDOW_SECONDS = 60
+# Calls of one conversation waiting at once (a wait holds a web thread; docs/limits.md#waits-at-once),
+# across the relay's web processes; 0 = no cap. Read from OAR_MAX_WAITS_PER_CONVERSATION.
+MAX_WAITS_PER_CONVERSATION = 4
+# A waiting call renews its slot within this long; a process killed mid-wait leaves slots that lapse after it.
+WAIT_SLOT_LEASE_SECONDS = 30
+# A web thread reads a request's head (request line and headers) within this long of taking the
+# connection, and its body within this long after the head; past either the request is answered 408
+# and its connection closed, so clients that send slowly cannot hold the threads (docs/operations.md#slow-clients).
+REQUEST_HEAD_TIMEOUT_SECONDS = 10
+REQUEST_BODY_TIMEOUT_SECONDS = 30
 
 # Prompt and reply sizes (docs/waiting.md#statuses).
 MAX_PROMPT_CHARS = 100_000

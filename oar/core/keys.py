@@ -78,6 +78,11 @@ def rate_writes(namespace: str, conversation: str) -> str:
     return f"{namespace}:rate:{conversation}:writes"
 
 
+def wait_slots(namespace: str, conversation: str) -> str:
+    """The sorted set of a conversation's waiting calls, scored by the end of each one's lease."""
+    return f"{namespace}:waits:{conversation}"
+
+
 def turns_nudge(namespace: str, session_id: str) -> str:
     """Set while the reconciler's last re-enqueue of the session's queued turns is recent."""
     return f"{namespace}:nudged:{session_id}"

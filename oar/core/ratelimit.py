@@ -3,18 +3,22 @@ tokens per client address on the page's sign-in form (docs/owner-api.md#signing-
 
 The decision is a pure function of the recent call times and `now`; the times themselves
 live in Redis sorted sets, because they are a short-lived cache, not data: a flushed Redis
-only forgets the last minute of calls.
+only forgets the last minute of calls. relay_tool calls, an agent's task starts and stops and
+an external agent's long polls count against the same limits (`refuse_over_limit`).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import redis
 
 from oar.core import keys
+from oar.core.errors import ActionError
+from oar.core.runtime import Runtime
 
 
 def retry_after(
@@ -138,3 +142,28 @@ class FailureLimiter:
             self.connection.delete(keys.sign_in_failures(self.namespace, address))
         except redis.RedisError:
             pass
+
+
+def refuse_over_limit(
+    runtime: Runtime, conversation: str, *, is_write: bool, nothing: str, settings: Mapping[str, Any] | None = None,
+) -> None:
+    """Counts one call of the conversation against the owner's limits (`settings`: the owner's
+    settings, when the caller read them already), or refuses it with `REMOTE_RELAY_RATE_LIMITED`
+    (`retryAfterSeconds`) when it is over one; a refused call is not counted."""
+    if settings is None:
+        settings = runtime.settings()
+    limiter = RateLimiter(runtime.redis, runtime.config.namespace, runtime.time("RATE_WINDOW_SECONDS"))
+    wait = limiter.check_and_record(
+        conversation,
+        is_write=is_write,
+        calls_per_window=settings["rate_calls_per_minute"],
+        writes_per_window=settings["rate_writes_per_minute"],
+    )
+    if wait is not None:
+        raise ActionError(
+            "REMOTE_RELAY_RATE_LIMITED",
+            f"This conversation made too many calls to the relay in the last minute "
+            f"(limits: {settings['rate_calls_per_minute']} calls, {settings['rate_writes_per_minute']} writes). "
+            f"Try again in {wait} s. {nothing}",
+            retryAfterSeconds=wait,
+        )

@@ -64,6 +64,11 @@ def watched_by(watch: CallerWatch) -> Iterator[None]:
         _caller_watch.reset(token)
 
 
+def current_watch() -> CallerWatch | None:
+    """The watch `watched_by` set for this thread, if any."""
+    return _caller_watch.get()
+
+
 def settled(value: T) -> Look[T]:
     return Look(value, settled=True)
 

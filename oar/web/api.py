@@ -12,6 +12,7 @@ from oar.background import task_views, tasks
 from oar.core.errors import STATUS_BY_CODE, invalid
 from oar.core.fields import Param, check_fields
 from oar.core.models import Task
+from oar.core.ratelimit import refuse_over_limit
 from oar.core.timeutil import utcnow
 from oar.core.waiting import watched_by
 from oar.web import runtime
@@ -61,6 +62,8 @@ def start_task() -> ResponseReturnValue:
     if not isinstance(body, dict):
         raise invalid("The body must be a JSON object: {command, description?, type?}. Nothing was run.")
     args, _ignored = check_fields("start task", TASK_FIELDS, body, strict=True, nothing="Nothing was run.")
+    # A task start is a write of the conversation, limited as its relay_tool writes are (docs/rules.md#rate-limits).
+    refuse_over_limit(runtime(), caller.id, is_write=True, nothing="Nothing was run.")
     task = tasks.start(
         runtime(), caller, args["command"], description=args.get("description"), type=args.get("type", "local_bash")
     )
@@ -70,10 +73,11 @@ def start_task() -> ResponseReturnValue:
 @blueprint.post("/api/v1/tasks/<task_id>/stop")
 @described(Operation(
     summary="Ask one of the calling session's tasks to stop", caller=SESSION, tag="tasks",
-    answer={"taskId": TEXT, "stopRequested": {"type": "boolean"}, "status": TEXT}, errors=(400, 403, 404),
+    answer={"taskId": TEXT, "stopRequested": {"type": "boolean"}, "status": TEXT}, errors=(400, 403, 404, 429),
 ))
 def stop_task(task_id: str) -> ResponseReturnValue:
     caller = require_agent()
     task = tasks.find(caller, task_id, runtime().relay_name(), "Nothing was stopped.")
+    refuse_over_limit(runtime(), caller.id, is_write=True, nothing="Nothing was stopped.")
     stopping = tasks.request_stop(runtime(), task)
     return jsonify({"ok": True, "taskId": task.id, "stopRequested": stopping, "status": Task.get_by_id(task.id).status})

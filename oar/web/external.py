@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from flask import Blueprint, jsonify, request
 from flask.typing import ResponseReturnValue
 
@@ -15,7 +17,9 @@ from oar import providers
 from oar.core.errors import invalid, not_found
 from oar.core.fields import Param, check_fields
 from oar.core.models import Message, Session
+from oar.core.ratelimit import refuse_over_limit
 from oar.core.statuses import LIVE_TURN
+from oar.core.wait_slots import wait_slot
 from oar.turns import external
 from oar.web import runtime
 from oar.web.auth import require_agent
@@ -46,7 +50,7 @@ def _external_session() -> Session:
 @blueprint.get("/next")
 @described(Operation(
     summary="Long-poll for the next turn of an external agent's session", caller=SESSION, tag="external",
-    query=NEXT_QUERY, answer={"turn": MAYBE_OBJECT}, errors=(400,),
+    query=NEXT_QUERY, answer={"turn": MAYBE_OBJECT}, errors=(400, 429),
 ))
 def next_turn() -> ResponseReturnValue:
     session = _external_session()
@@ -54,7 +58,11 @@ def next_turn() -> ResponseReturnValue:
         wait = min(max(float(request.args.get("wait_seconds", 30)), 0.0), MAX_POLL_SECONDS)
     except ValueError:
         raise invalid("wait_seconds must be a number of seconds. Nothing was done.") from None
-    turn = external.next_turn(runtime(), session.id, wait)
+    # A poll is a call of the session's conversation, and a long one holds a web thread as a
+    # waiting relay_tool call does (docs/limits.md#waits-at-once).
+    refuse_over_limit(runtime(), session.id, is_write=False, nothing="Nothing was done.")
+    with wait_slot(runtime(), session.id, "Nothing was done.") if wait > 0 else contextlib.nullcontext():
+        turn = external.next_turn(runtime(), session.id, wait)
     if turn is None:
         return jsonify({"ok": True, "turn": None})
     return jsonify({"ok": True, "turn": {
