@@ -19,8 +19,7 @@ nothing new only costs a job. Figures:
 
 Watchers are conversations in a long turn (a running turn seeded into the database), so a
 delivery is queued as their next prompt (docs/events.md#delivery, "a busy watcher gets it queued"): their
-own turns, which under `["all"]` would be events for the 199 other watchers, do not run
-during the measurement.
+own turns do not run during the measurement, which measures the engine alone.
 """
 
 from __future__ import annotations

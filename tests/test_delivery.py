@@ -103,6 +103,15 @@ def test_no_event_is_lost_or_delivered_twice(stream: list[tuple[int, str]], subs
     assert moments == [] or min(delivered.values(), default=moments[0]) >= moments[0]
 
 
+def test_only_the_turn_end_of_an_event_started_turn_wakes_no_watcher() -> None:
+    # docs/events.md#watchers-that-wake-each-other
+    assert not delivery.wakes_watchers("turn_end", "event")
+    for started_by in ("user", "agent", "schedule", None):
+        assert delivery.wakes_watchers("turn_end", started_by)
+    for kind in ("error", "question_asked", "question_answered", "task_failed", "stalled"):
+        assert delivery.wakes_watchers(kind, "event")
+
+
 def test_events_are_read_up_to_a_gap_that_may_still_commit() -> None:
     from datetime import datetime, timedelta
 

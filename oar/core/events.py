@@ -29,7 +29,7 @@ from oar.core.timeutil import utcnow
 KINDS = (
     "task_started", "task_finished", "task_failed", "stalled", "session_idle",
     # Turns and questions (the delivery engine, oar/watching/): `turn_end` {turnId,
-    # status, excerpt, fromSession}, `error` {turnId, error}, `question_asked` /
+    # status, excerpt, fromSession, startedBy (the prompt's provenance kind)}, `error` {turnId, error}, `question_asked` /
     # `question_answered` {questionId, question, answer}. `subagent_finished` is not written today:
     # a `task_finished` of a task of type `subagent` reaches subscriptions under that name.
     "turn_end", "error", "question_asked", "question_answered", "subagent_finished",

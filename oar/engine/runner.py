@@ -337,7 +337,10 @@ def record_turn_events(turn: Message, status: TurnStatus, text: str, error: str 
     events.record(
         turn.session_id, "turn_end",
         {"turnId": turn.id, "status": status, "excerpt": ((error or "") if status == TurnStatus.FAILED else text or "")[:200],
-         "fromSession": turn.from_session if turn.from_kind == "agent" else None},
+         "fromSession": turn.from_session if turn.from_kind == "agent" else None,
+         # What queued the prompt: a turn an event delivery started wakes no watcher with its
+         # turn_end (docs/events.md#watchers-that-wake-each-other).
+         "startedBy": turn.from_kind},
         now,
     )
     if status == TurnStatus.FAILED:

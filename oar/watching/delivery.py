@@ -14,6 +14,10 @@ through:
 - a subscription's `digest_minutes` N holds it until max(created, previous digest) + N;
 - a time inside the subscription's quiet hours moves to the window's end.
 
+An event a watcher's reaction makes wakes no other watcher (`wakes_watchers`): the `turn_end`
+of a turn that an event delivery started is held for nobody, so watchers of each other go
+quiet after one round (docs/events.md#watchers-that-wake-each-other).
+
 The engine's own events are decided here too: when a subscription's heartbeat is due (on
 its grid, never inside quiet hours) and which of its `stalled_minutes` a quiet spell of a
 running turn or task has crossed.
@@ -66,6 +70,24 @@ class Held:
     due_at: datetime
     reason: str
     urgent: bool = False
+
+
+# The provenance kind of a prompt the relay queued with an event delivery (oar/turns/automated.py).
+STARTED_BY_EVENT = "event"
+
+
+def wakes_watchers(kind: str, started_by: str | None) -> bool:
+    """Whether an event is held for watchers at all (docs/events.md#watchers-that-wake-each-other).
+
+    The `turn_end` of a turn started by an event delivery is held for no watcher: such a turn
+    is a watcher's reaction to news, and telling its end to other watchers would wake them to
+    react in turn, each reaction waking the next (A→B→A, A→B→C→A, …) without end. Every link
+    of such a chain is one of these `turn_end`s, so dropping them stops every cycle after one
+    round. The turn's `error` and `question_asked`, its tasks, and the `turn_end` of turns a
+    person, an agent's prompt or a schedule started still wake watchers. Events recorded
+    before `startedBy` existed (None) are delivered as before.
+    """
+    return not (kind == "turn_end" and started_by == STARTED_BY_EVENT)
 
 
 def wakeups_in_hour(deliveries: Iterable[datetime], now: datetime, timing: Timing) -> int:

@@ -118,6 +118,8 @@ def hold(events: list[Event], now: datetime, engine: delivery.Timing) -> tuple[s
         session = sessions.get(event.session_id)
         if session is None:
             continue
+        if not delivery.wakes_watchers(event.kind, (event.payload or {}).get("startedBy")):
+            continue  # nor is it activity for all_idle: that would wake the watchers all the same
         lines: dict[str, str] = {}
         per_watcher: dict[str, list[tuple[Subscription, str]]] = defaultdict(list)
         for subscription in subscriptions:
