@@ -29,7 +29,7 @@ blueprint = Blueprint("api", __name__)
     body_choices=call_schemas, choose_by="action", strict=False,
     answer={"relay": TEXT, "summary": TEXT, "ignored": TEXTS},
     # Every refusal an action can give (docs/errors.md); 500 is never meant to happen.
-    errors=tuple(sorted({status for status in STATUS_BY_CODE.values() if status < 500} | {502})),
+    errors=tuple(sorted({status for status in STATUS_BY_CODE.values() if status < 500} | {502, 503})),
 ))
 def relay_tool() -> ResponseReturnValue:
     caller = require_agent()
