@@ -307,6 +307,7 @@ class OwnerCase:
 
 
 SETTINGS = "/api/v1/owner/settings"
+DEEP = b"[" * 100_000 + b"]" * 100_000
 SESSIONS = "/api/v1/owner/sessions"
 CHILD = "/api/v1/owner/sessions/<child>"
 
@@ -370,6 +371,12 @@ OWNER_CASES = [
     OwnerCase("new-group-without-name", "POST", "/api/v1/owner/groups", {}, says="needs name"),
     OwnerCase("new-group-name-number", "POST", "/api/v1/owner/groups", {"name": 5}, says="name must be text"),
     OwnerCase("provider-unknown", "GET", "/api/v1/owner/providers/nope", code=NOT_FOUND),
+    # Nested deeper than the JSON parser goes, on every JSON endpoint.
+    OwnerCase("tasks-deeply-nested", "POST", "/api/v1/tasks", b'{"command": ' + DEEP + b"}", auth="agent",
+              says="must be a JSON object"),
+    OwnerCase("settings-deeply-nested", "PATCH", SETTINGS, b'{"relay_name": ' + DEEP + b"}", says="must be a JSON object"),
+    OwnerCase("provider-deeply-nested", "PUT", "/api/v1/owner/providers/lab", b'{"kind": ' + DEEP + b"}",
+              says="must be a JSON object"),
     OwnerCase("no-token", "PATCH", SETTINGS, {"max_wait_seconds": 120}, code="REMOTE_RELAY_UNAUTHORIZED", auth="none"),
     OwnerCase("wrong-token", "PATCH", SETTINGS, {"max_wait_seconds": 120}, code="REMOTE_RELAY_UNAUTHORIZED",
               auth="wrong"),

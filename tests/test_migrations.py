@@ -14,8 +14,9 @@ import peewee
 import pytest
 from playhouse.schema_diff import diff_models
 
+from oar.core import defaults
 from oar.core.config import Config
-from oar.core.db import SQLITE_PRAGMAS, database, open_database
+from oar.core.db import database, open_database
 from oar.core.models import MODELS
 from oar.owner.bootstrap import MIGRATIONS
 from tests.support.processes import PROJECT
@@ -81,7 +82,7 @@ def test_a_fresh_sqlite_database_migrates_to_the_models_schema_once(tmp_path: Pa
         assert_schema_matches_the_models(db)
         # The relay's connections: WAL, a busy timeout, and the other pragmas it asks for.
         assert db.execute_sql("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert db.execute_sql("PRAGMA busy_timeout").fetchone()[0] == SQLITE_PRAGMAS["busy_timeout"] > 0
+        assert db.execute_sql("PRAGMA busy_timeout").fetchone()[0] == defaults.SQLITE_BUSY_SECONDS * 1000 > 0
         assert db.execute_sql("PRAGMA foreign_keys").fetchone()[0] == 1
         assert db.execute_sql("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
     # WAL is a property of the file: any connection, not only the relay's, finds it.

@@ -83,6 +83,12 @@ def test_it_configures_a_provider_and_discovers_its_models_without_ever_showing_
         ({"kind": "chat", "base_url": "http://host/v1", "monthly_token_cap": 0}, "monthly_token_cap must be a whole number"),
         ({"kind": "runs"}, "A runs provider needs base_url"),
         ({"kind": "runs", "base_url": "http://host/v1", "command": ["x"]}, "command is for cli providers only"),
+        ({"kind": "chat", "base_url": "http://[::1"}, "base_url must be an http:// or https:// URL"),
+        ({"kind": "chat", "base_url": "http://[::1]:99999/v1"}, "base_url must be an http:// or https:// URL"),
+        ({"kind": "chat", "base_url": "http://host:port/v1"}, "base_url must be an http:// or https:// URL"),
+        ({"kind": "chat", "base_url": "http:///v1"}, "base_url must be an http:// or https:// URL"),
+        ({"kind": "chat", "base_url": "http://host/v1", "api_key": "sk-schlüssel-ключ"}, "api_key must be visible ASCII"),
+        ({"kind": "chat", "base_url": "http://host/v1", "api_key": "sk-key\r\nX-Evil: 1"}, "api_key must be visible ASCII"),
     ],
 )
 def test_a_bad_provider_configuration_is_refused_saying_why(relay: Relay, body: dict[str, Any], words: str) -> None:
@@ -90,6 +96,22 @@ def test_a_bad_provider_configuration_is_refused_saying_why(relay: Relay, body: 
     assert status == 400 and answer["code"] == "REMOTE_RELAY_INVALID_INPUT", answer
     assert words in answer["error"] and answer["error"].endswith("Nothing was changed.")
     assert relay.owner.request("GET", "/api/v1/owner/providers/lab")[0] == 404
+
+
+def test_a_stored_key_is_not_sent_to_a_new_host_without_being_given_again(relay: Relay, fake: FakeLLM) -> None:
+    configure(relay, fake, "chat", models=["fake-small"])
+    elsewhere = fake.base_url.replace("127.0.0.1", "localhost")
+    status, refused = put_provider(relay, "lab", {"kind": "chat", "base_url": elsewhere, "models": ["fake-small"]})
+    assert status == 400 and refused["code"] == "REMOTE_RELAY_INVALID_INPUT", refused
+    assert "another host" in refused["error"] and "give api_key again" in refused["error"]
+    assert relay.owner.get("/api/v1/owner/providers/lab")["provider"]["baseUrl"] == fake.base_url
+    # The same host with another path keeps the key; a new host with the key given is saved.
+    status, _ = put_provider(relay, "lab", {"kind": "chat", "base_url": fake.base_url + "/", "models": ["fake-small"]})
+    assert status == 200
+    status, moved = put_provider(relay, "lab", {"kind": "chat", "base_url": elsewhere, "api_key": fake.api_key,
+                                                "models": ["fake-small"]})
+    assert status == 200 and moved["provider"]["baseUrl"] == elsewhere
+    assert relay.owner.request("DELETE", "/api/v1/owner/providers/lab")[0] == 200
 
 
 def test_a_server_without_a_model_list_still_saves_and_says_why(relay: Relay, fake: FakeLLM) -> None:

@@ -160,9 +160,23 @@ def test_a_new_folder_is_saved_for_the_next_start(relay: Relay, desk: Agent, min
     assert body["relaunched"] is False
     assert body["note"] == "The session has no running agent process; the new folder is used from its next turn."
     assert body["settings"]["cwd"] == str(folder)
-    # The home folder is allowed by default too.
-    home = desk.ok("update_session", relay="this", session=mine, cwd=str(Path.home()))
-    assert home["settings"]["cwd"] == str(Path.home().resolve())
+
+
+def test_the_home_folder_is_not_allowed_by_default(relay: Relay, desk: Agent, mine: str) -> None:
+    before = settings_of(relay, mine)
+    body = desk.refused("update_session", "REMOTE_RELAY_INVALID_INPUT", relay="this", session=mine,
+                        cwd=str(Path.home()))
+    assert body["error"] == f'The relay may not use folder "{Path.home()}". Nothing was changed.'
+    assert settings_of(relay, mine) == before
+
+
+@pytest.mark.parametrize("folder", ["~", "~/project", "~root", "~root/project"])
+def test_a_tilde_folder_is_refused_not_expanded(relay: Relay, desk: Agent, mine: str, folder: str) -> None:
+    before = settings_of(relay, mine)
+    body = desk.refused("update_session", "REMOTE_RELAY_INVALID_INPUT", relay="this", session=mine, cwd=folder)
+    assert body["error"] == (f'Folder "{folder}" starts with "~"; the relay does not expand it: give an absolute '
+                             "path. Nothing was changed.")
+    assert settings_of(relay, mine) == before
 
 
 @pytest.mark.parametrize("folder", ["/etc", "relative/path", "WORK/../../.."])
@@ -186,15 +200,15 @@ def test_a_symlink_out_of_the_allowed_roots_is_refused(relay: Relay, desk: Agent
 
 def test_allowed_roots_is_the_owners_setting(relay: Relay, desk: Agent, mine: str, tmp_path: Path) -> None:
     default_roots = relay.owner.get("/api/v1/owner/settings")["settings"]["allowed_roots"]
-    assert default_roots == [str((relay.config.data_dir / "work").resolve()), str(Path.home())]
+    assert default_roots == [str((relay.config.data_dir / "work").resolve())]
     try:
         relay.settings(allowed_roots=[str(tmp_path)])
         (tmp_path / "inside").mkdir()
         moved = desk.ok("update_session", relay="this", session=mine, cwd=str(tmp_path / "inside"))
         assert moved["settings"]["cwd"] == str((tmp_path / "inside").resolve())
         refused = desk.refused("update_session", "REMOTE_RELAY_INVALID_INPUT", relay="this", session=mine,
-                               cwd=str(Path.home()))
-        assert refused["error"] == f'The relay may not use folder "{Path.home()}". Nothing was changed.'
+                               cwd=str(relay.config.data_dir / "work"))
+        assert refused["error"] == f'The relay may not use folder "{relay.config.data_dir / "work"}". Nothing was changed.'
     finally:
         relay.settings(allowed_roots=default_roots)
 

@@ -21,7 +21,8 @@ from oar.actions.checks import Call, run_checks
 from oar.actions.context import CallContext
 from oar.actions.targets import Target, ThisRelay, resolve_target
 from oar.core import defaults
-from oar.core.errors import ActionError, invalid
+from oar.core.db import is_busy
+from oar.core.errors import ActionError, database_busy, invalid
 from oar.core.fields import unstorable_text
 from oar.core.wait_slots import wait_slot
 from oar.core.waiting import CallerGone
@@ -41,7 +42,11 @@ def dispatch(ctx: CallContext, payload: Any) -> tuple[int, dict[str, Any]]:
             "REMOTE_RELAY_CALLER_GONE", "The caller stopped waiting; what the call started goes on (call wait to see it)."
         )
         return gone.status, gone.to_dict()
-    except Exception:
+    except Exception as error:
+        if is_busy(error):
+            log.warning("relay_tool %s: the database is busy (%s)", _action_name(payload), error)
+            busy = database_busy()
+            return busy.status, busy.to_dict()
         reference = secrets.token_hex(4)
         log.exception("relay_tool %s failed (log reference %s)", _action_name(payload), reference)
         internal = ActionError(

@@ -3,7 +3,7 @@
 - `read_window` reads only the end of an output file, block by block from its end, so the
   cost of a tail does not grow with the file (a 1 GB output reads as fast as a 1 MB one);
 - `render` turns that window into the console's lines: ANSI colours stripped, carriage-return
-  progress redrawn, credentials masked, runs of identical lines folded into one ` [×N]`;
+  progress redrawn, credentials masked (`masking.mask`), runs of identical lines folded into one ` [×N]`;
 - `detect_counts` finds test counts (pytest, unittest, vitest, jest, mocha, go test, cargo
   test, nextest, rspec, and a plain `N passed, N failed` line); `final` only once the runner
   printed its summary;
@@ -14,19 +14,17 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, BinaryIO
 
+from oar.background.masking import mask
 from oar.core.timeutil import iso
 
 BLOCK_BYTES = 64 * 1024
 # The most a tail read looks at; whatever folds or masks inside it stays correct, and test
 # counts during a run are counted within it.
 WINDOW_MAX_BYTES = 4 * 1024 * 1024
-
-MASK = "****"
 
 
 # Reading the end of a file ---------------------------------------------------------------
@@ -139,51 +137,6 @@ def render(window: Window, lines: int) -> Tail:
         truncated=not window.at_start or len(folded) > lines,
         counts=detect_counts(cleaned),
     )
-
-
-# Credentials -----------------------------------------------------------------------------
-
-_KEY_BLOCK = re.compile(
-    r"-----BEGIN ([A-Z0-9 ]*PRIVATE KEY)-----.*?(?:-----END \1-----|\Z)", re.DOTALL
-)
-# The end of a block whose beginning lies before the window.
-_KEY_BLOCK_END = re.compile(r"\A(?:(?!-----BEGIN ).)*?-----END ([A-Z0-9 ]*PRIVATE KEY)-----", re.DOTALL)
-
-_SECRET_PATTERNS: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
-    # URLs with user:password → keep the user, mask the password.
-    (re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]+):[^/\s@]+@"), lambda m: f"{m[1]}:{MASK}@"),
-    # Provider API keys.
-    (re.compile(r"\bsk-ant-[A-Za-z0-9_-]{8,}"), lambda m: "sk-ant-" + MASK),
-    (re.compile(r"\bsk-(?:proj-|svcacct-|or-v1-)?[A-Za-z0-9_-]{16,}"), lambda m: "sk-" + MASK),
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{16,}"), lambda m: m[0][:4] + MASK),
-    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}"), lambda m: "github_pat_" + MASK),
-    (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{8,}"), lambda m: m[0][:5] + MASK),
-    (re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[A-Z0-9]{16}\b"), lambda m: m[0][:4] + MASK),
-    (re.compile(r"\bAIza[A-Za-z0-9_-]{30,}"), lambda m: "AIza" + MASK),
-    # Bearer tokens (headers, curl lines).
-    (re.compile(r"\b(Bearer|Token|Basic)(\s+)[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE), lambda m: f"{m[1]}{m[2]}{MASK}"),
-    # key=value / key: value pairs whose key names a secret.
-    (
-        re.compile(
-            r"""(?ix)
-            \b([a-z0-9_.-]*(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credentials?)
-            [a-z0-9_.-]*)
-            (\s*[=:]\s*)
-            ("[^"\n]*"|'[^'\n]*'|[^\s,;&"']+)
-            """
-        ),
-        lambda m: f"{m[1]}{m[2]}{MASK}",
-    ),
-]
-
-
-def mask(text: str) -> str:
-    """Credentials replaced by `****` (docs/tasks.md#read_task_output, docs/operations.md#durability-and-recovery), private key blocks by one line."""
-    text = _KEY_BLOCK_END.sub(lambda m: f"[private key masked] -----END {m[1]}-----", text, count=1)
-    text = _KEY_BLOCK.sub(lambda m: f"-----BEGIN {m[1]}----- [private key masked]", text)
-    for pattern, replacement in _SECRET_PATTERNS:
-        text = pattern.sub(replacement, text)
-    return text
 
 
 # Test counts -----------------------------------------------------------------------------

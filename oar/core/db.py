@@ -15,6 +15,7 @@ from typing import Any
 import peewee
 from playhouse.db_url import connect as connect_url
 from playhouse.db_url import parse as parse_url
+from playhouse.pool import MaxConnectionsExceeded
 
 from oar.core.config import Config
 from oar.core.logs import hide_sql_parameters
@@ -23,7 +24,6 @@ database = peewee.DatabaseProxy()
 
 SQLITE_PRAGMAS = {
     "journal_mode": "wal",
-    "busy_timeout": 30_000,  # ms: a writer waits for the lock instead of failing
     "foreign_keys": 1,
     "synchronous": "normal",  # durable across process crashes in WAL mode
     "cache_size": -16_000,  # KiB
@@ -52,11 +52,25 @@ def open_database(config: Config) -> peewee.Database:
         db = connect_url(url, autoconnect=True, autorollback=True, **pool)
     else:
         config.data_dir.mkdir(parents=True, exist_ok=True)
+        busy = config.time("SQLITE_BUSY_SECONDS")
         db = peewee.SqliteDatabase(
-            str(config.sqlite_path), pragmas=SQLITE_PRAGMAS, timeout=30, autoconnect=True
+            str(config.sqlite_path),
+            # busy_timeout (ms): a writer waits for the lock instead of failing at once.
+            pragmas={**SQLITE_PRAGMAS, "busy_timeout": int(busy * 1000)}, timeout=busy, autoconnect=True,
         )
     database.initialize(db)
     return db
+
+
+def is_busy(error: BaseException) -> bool:
+    """The database could not be had in time: SQLite's write lock still held by another writer
+    after the busy timeout ("database is locked"), or every pooled PostgreSQL connection in use.
+    Not a bug: the call is answered 503 with Retry-After (docs/errors.md)."""
+    if isinstance(error, MaxConnectionsExceeded):
+        return True
+    return isinstance(error, peewee.OperationalError) and any(
+        words in str(error) for words in ("database is locked", "database is busy", "database table is locked")
+    )
 
 
 def is_sqlite() -> bool:

@@ -159,3 +159,7 @@ PROVIDER_CONNECT_TIMEOUT_SECONDS = 10
 # Silence between two bytes of a provider's answer before the turn fails (timeout);
 # keep-alive comments count as bytes, so a slow model that keeps its stream alive is waited on.
 PROVIDER_READ_TIMEOUT_SECONDS = 120
+
+# The database (docs/errors.md, docs/operations.md).
+SQLITE_BUSY_SECONDS = 30  # how long an SQLite writer waits for another's lock before giving up
+DATABASE_BUSY_RETRY_SECONDS = 5  # Retry-After of a call that found the database busy (503)

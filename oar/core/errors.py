@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from oar.core import defaults
+
 # Error code → HTTP status of the JSON API.
 STATUS_BY_CODE: dict[str, int] = {
     "REMOTE_RELAY_INVALID_INPUT": 400,
@@ -35,6 +37,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "REMOTE_RELAY_QUESTION_LIMIT": 409,
     "REMOTE_RELAY_SUBSCRIPTION_LIMIT": 409,
     "REMOTE_RELAY_INTERNAL": 500,
+    "REMOTE_RELAY_DATABASE_BUSY": 503,
     # The caller went away while its call waited (nobody reads it; 499 as proxies log a closed request).
     "REMOTE_RELAY_CALLER_GONE": 499,
 }
@@ -65,3 +68,15 @@ def invalid(message: str, **extra: Any) -> ActionError:
 
 def not_found(message: str, **extra: Any) -> ActionError:
     return ActionError("REMOTE_RELAY_NOT_FOUND", message, **extra)
+
+
+def database_busy() -> ActionError:
+    """The database stayed locked or out of connections (docs/errors.md): try again shortly."""
+    wait = defaults.DATABASE_BUSY_RETRY_SECONDS
+    return ActionError(
+        "REMOTE_RELAY_DATABASE_BUSY",
+        f"The relay's database is busy (another write held it too long). The call's changes were rolled back; "
+        f"try again in {wait} seconds.",
+        retryAfterSeconds=wait,
+    )
+

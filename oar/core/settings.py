@@ -107,7 +107,9 @@ def default_settings(config: Config) -> dict[str, Any]:
         "tasks_without_sandbox": False,
         # The sandbox has no network: the relay's Redis and PostgreSQL listen on loopback.
         "tasks_use_network": False,
-        "allowed_roots": [str(default_cwd(config).resolve()), str(Path.home())],
+        # Only the relay's own work folder: the home folder holds the owner's keys and dotfiles
+        # (docs/decisions.md#folders-and-provider-urls); the owner adds roots in the settings.
+        "allowed_roots": [str(default_cwd(config).resolve())],
         "relay_name": config.relay_name,
         "rate_calls_per_minute": defaults.RATE_CALLS_PER_MINUTE,
         "rate_writes_per_minute": defaults.RATE_WRITES_PER_MINUTE,

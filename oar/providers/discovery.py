@@ -30,7 +30,8 @@ def discover_models(kind: str, base_url: str, api_key: str | None) -> Discovered
             headers["Authorization"] = f"Bearer {api_key}"
     url = base_url.rstrip("/") + "/models"
     try:
-        response = requests.get(url, headers=headers, timeout=DISCOVERY_TIMEOUT_SECONDS)
+        # Not followed: requests keeps `x-api-key` on a redirect to another host.
+        response = requests.get(url, headers=headers, timeout=DISCOVERY_TIMEOUT_SECONDS, allow_redirects=False)
     except requests.RequestException as error:
         reachable = not isinstance(error, requests.ConnectionError | requests.ConnectTimeout)
         return Discovered([], f"Model discovery failed: {redact(str(error), api_key)[:200]}.", reachable)

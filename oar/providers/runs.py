@@ -485,7 +485,7 @@ class RunsProvider(Provider):
 
         def stop() -> None:
             try:
-                requests.post(url, json={}, headers=headers, timeout=STOP_TIMEOUT_SECONDS).close()
+                requests.post(url, json={}, headers=headers, timeout=STOP_TIMEOUT_SECONDS, allow_redirects=False).close()
             except requests.RequestException:
                 pass  # the server's run ends on its own; the relay's turn is stopped either way
 

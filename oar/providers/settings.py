@@ -92,13 +92,32 @@ def check(name: str, payload: dict[str, Any]) -> tuple[str, dict[str, Any], str 
         raise invalid(
             f"provider: default_model '{options['default_model'][:100]}' is not in models ({', '.join(options['models'][:20])}). {NOTHING}"
         )
-    return kind, options, args.get("api_key")
+    api_key = args.get("api_key")
+    if api_key is not None and not _HEADER_SAFE.fullmatch(api_key):
+        # It goes into an HTTP header, which carries only visible ASCII here.
+        raise invalid(f"provider: api_key must be visible ASCII characters (no spaces or other letters). {NOTHING}")
+    return kind, options, api_key
+
+
+_HEADER_SAFE = re.compile(r"[!-~]{0,4000}")
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of a checked base_url: where a stored key would be sent."""
+    parsed = urlparse(url)
+    return parsed.scheme, (parsed.hostname or "").lower(), parsed.port or (443 if parsed.scheme == "https" else 80)
 
 
 def _checked_url(url: str) -> str:
-    parsed = urlparse(url)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise invalid(f'provider: base_url must be an http:// or https:// URL; got "{url[:200]}". {NOTHING}')
+    refused = invalid(f'provider: base_url must be an http:// or https:// URL; got "{url[:200]}". {NOTHING}')
+    try:
+        # urlparse raises on a broken IPv6 host (`http://[::1`), `.port` on a port that is no number.
+        parsed = urlparse(url)
+        parsed.port  # noqa: B018
+    except ValueError:
+        raise refused from None
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or any(c.isspace() for c in url):
+        raise refused
     if parsed.username or parsed.password or parsed.query or parsed.fragment:
         raise invalid(f"provider: base_url must not hold credentials, a query or a fragment (the API key goes in api_key). {NOTHING}")
     return url.rstrip("/")
@@ -128,6 +147,16 @@ def save(name: str, payload: dict[str, Any]) -> tuple[ProviderRow, str | None]:
     """Create or replace a provider; returns the row and a note when models were not discovered."""
     kind, options, api_key = check(name, payload)
     existing = ProviderRow.get_or_none(ProviderRow.name == name)
+    if api_key is None and existing is not None and existing.api_key:
+        # The key is write-only; sending it to a new host would let whoever may change the URL
+        # read it there (docs/providers.md#api-keys).
+        old_url = (existing.options or {}).get("base_url")
+        new_url = options.get("base_url")
+        if old_url and new_url and origin(old_url) != origin(new_url):
+            raise invalid(
+                f'provider: base_url moves "{name}" to another host ({urlparse(new_url).netloc[:200]}); give api_key '
+                f"again, the stored key is not sent to a new host. {NOTHING}"
+            )
     key = api_key if api_key is not None else (existing.api_key if existing else None)
     key = HiddenText(key) if key else None
     note = None

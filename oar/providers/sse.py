@@ -204,6 +204,9 @@ def _send(http: requests.Session, request: StreamRequest, control: TurnControl) 
         response = http.request(
             request.method, request.url, headers=request.headers, json=request.body, stream=True,
             timeout=(request.connect_timeout, request.read_timeout),
+            # requests drops only `Authorization` on a redirect to another host, so `x-api-key`
+            # would follow it; a redirect is answered as the error it is (docs/providers.md#api-keys).
+            allow_redirects=False,
         )
     except requests.Timeout as error:
         if isinstance(error, requests.ConnectTimeout):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from flask import Flask, abort, jsonify, request
+from flask import Flask, Response, abort, jsonify, request
 from flask.json.provider import DefaultJSONProvider
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
@@ -15,8 +16,8 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from oar.core import defaults
 from oar.core.config import Config, check, from_environment
-from oar.core.db import database, open_database
-from oar.core.errors import ActionError
+from oar.core.db import database, is_busy, open_database
+from oar.core.errors import ActionError, database_busy
 from oar.core.fields import unstorable_text
 from oar.core.runtime import Runtime
 
@@ -94,6 +95,9 @@ def create_app(config: Config | None = None) -> Flask:
 
     @app.errorhandler(Exception)
     def internal_error(error: Exception) -> ResponseReturnValue:
+        if is_busy(error):
+            log.warning("request %s %s: the database is busy (%s)", request.method, request.path, error)
+            return action_error(database_busy())
         reference = secrets.token_hex(4)
         log.exception("request %s %s failed (log reference %s)", request.method, request.path, reference)
         if page.is_page_request():
@@ -104,6 +108,15 @@ def create_app(config: Config | None = None) -> Flask:
             "error": f"The relay failed (log reference {reference}). Its changes were rolled back.",
         }
         return jsonify(body), 500
+
+    @app.after_request
+    def retry_after(response: Response) -> Response:
+        # 429 and 503 answers say when to come back in the body; HTTP clients read the header.
+        if response.status_code in (429, 503) and response.is_json:
+            wait = (response.get_json(silent=True) or {}).get("retryAfterSeconds")
+            if isinstance(wait, int | float):
+                response.headers["Retry-After"] = str(max(1, math.ceil(wait)))
+        return response
 
     from oar.web import api, external, health, mcp, openapi, owner, page
 

@@ -17,6 +17,7 @@ from oar.core.timeutil import utcnow
 from oar.core.waiting import watched_by
 from oar.web import runtime
 from oar.web.auth import require_agent
+from oar.web.bodies import json_body
 from oar.web.connection import connection_watch
 from oar.web.described import OBJECT, SESSION, TEXT, TEXTS, Operation, described
 
@@ -29,14 +30,11 @@ blueprint = Blueprint("api", __name__)
     body_choices=call_schemas, choose_by="action", strict=False,
     answer={"relay": TEXT, "summary": TEXT, "ignored": TEXTS},
     # Every refusal an action can give (docs/errors.md); 500 is never meant to happen.
-    errors=tuple(sorted({status for status in STATUS_BY_CODE.values() if status < 500} | {502})),
+    errors=tuple(sorted({status for status in STATUS_BY_CODE.values() if status < 500} | {502, 503})),
 ))
 def relay_tool() -> ResponseReturnValue:
     caller = require_agent()
-    try:
-        payload = request.get_json(force=True, silent=True)
-    except RecursionError:  # nested deeper than the JSON parser goes: not a body any action takes
-        payload = None
+    payload = json_body()
     with watched_by(connection_watch(request.environ)):
         status, body = dispatch(CallContext(runtime=runtime(), caller=caller, via="http"), payload)
     return jsonify(body), status
@@ -58,7 +56,7 @@ TASK_FIELDS = {
 ))
 def start_task() -> ResponseReturnValue:
     caller = require_agent()
-    body = request.get_json(force=True, silent=True)
+    body = json_body()
     if not isinstance(body, dict):
         raise invalid("The body must be a JSON object: {command, description?, type?}. Nothing was run.")
     args, _ignored = check_fields("start task", TASK_FIELDS, body, strict=True, nothing="Nothing was run.")

@@ -23,6 +23,7 @@ from oar.core.wait_slots import wait_slot
 from oar.turns import external
 from oar.web import runtime
 from oar.web.auth import require_agent
+from oar.web.bodies import json_body
 from oar.web.described import MAYBE_OBJECT, SESSION, TEXT, Operation, described
 
 blueprint = Blueprint("external", __name__, url_prefix="/api/v1/external")
@@ -78,7 +79,7 @@ def next_turn() -> ResponseReturnValue:
 ))
 def post_to_turn(turn_id: str) -> ResponseReturnValue:
     session = _external_session()
-    body = request.get_json(force=True, silent=True)
+    body = json_body()
     if not isinstance(body, dict):
         raise invalid("The body must be a JSON object: {text?, activity?, usage?, done?, error?}. Nothing was posted.")
     args, _ = check_fields("external post", POST_FIELDS, body, strict=True, nothing="Nothing was posted.")

@@ -18,6 +18,7 @@ from oar.owner import conversations, groups, inbox, providers, schedules, settin
 from oar.providers import settings as provider_settings
 from oar.web import runtime
 from oar.web.auth import require_owner
+from oar.web.bodies import json_body
 from oar.web.described import MAYBE_TEXT, OBJECT, OBJECTS, OWNER, TEXT, Operation, described
 
 blueprint = Blueprint("owner", __name__, url_prefix="/api/v1/owner")
@@ -29,10 +30,7 @@ def owner_only() -> None:
 
 
 def body() -> dict[str, Any]:
-    try:
-        payload = request.get_json(force=True, silent=True)
-    except RecursionError:  # nested deeper than the JSON parser goes
-        payload = None
+    payload = json_body()
     if payload is None and not request.get_data():
         return {}
     if not isinstance(payload, dict):
