@@ -60,7 +60,10 @@ class DueTimer:
                 except Exception:
                     log.exception("due-time timer failed; trying again in %s s", period)
                     wait = period
-                finally:
+                    database.close()
+                # The connection stays open while firings follow each other (opening one
+                # would come at every due time); an idle timer gives it back.
+                if wait >= period:
                     database.close()
                 woken.wait(wait)
 
