@@ -11,6 +11,7 @@ def test_wake_up_channels_fall_under_the_hubs_pattern() -> None:
     assert keys.turn_started_channel("oar", "s1") == "oar:wake:started:s1"
     assert keys.card_channel("oar", "c1") == "oar:wake:card:c1"
     assert keys.question_channel("oar", "q1") == "oar:wake:question:q1"
+    assert keys.due_channel("oar") == "oar:wake:due"
 
 
 def test_stop_channels_and_keys_keep_their_strings() -> None:

@@ -98,7 +98,7 @@ def schedule(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         )
         if into_other:
             loop.count_prompt(caller)
-    schedules.enqueue_firing(ctx.runtime, row.id, first)
+    schedules.announce_due(ctx.runtime)
     view = schedules.view(row, caller.id)
     shown = {key: view[key] for key in ("id", "title", "everyMinutes", "once", "nextFireAt", "at", "cron", "tz", "session")}
     return {

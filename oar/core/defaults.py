@@ -73,7 +73,7 @@ RECENT_CWDS = 10
 # heartbeat is older than TURN_STALE_SECONDS (its worker died).
 TURN_HEARTBEAT_SECONDS = 5
 TURN_STALE_SECONDS = 30
-# The clock runs the reconciler this often.
+# The clock runs the reconciler this often; its due-time timer sleeps at most this long.
 RECONCILE_SECONDS = 5
 # Partial reply text is written to the database at most this often while streaming.
 PARTIAL_WRITE_SECONDS = 0.1

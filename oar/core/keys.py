@@ -28,6 +28,12 @@ def turn_started_channel(namespace: str, session_id: str) -> str:
     return f"{namespace}:wake:started:{session_id}"
 
 
+def due_channel(namespace: str) -> str:
+    """A due time (a schedule's, a held event's) was written: the clock's due-time timer reads
+    the earliest again (oar.engine.due_timer)."""
+    return f"{namespace}:wake:due"
+
+
 def card_channel(namespace: str, card_id: str) -> str:
     """An approval card was decided."""
     return f"{namespace}:wake:card:{card_id}"

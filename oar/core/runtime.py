@@ -71,3 +71,8 @@ class Runtime:
 
     def signal_turn(self, message_id: str) -> None:
         publish(self.redis, keys.turn_channel(self.config.namespace, message_id))
+
+    def signal_due(self) -> None:
+        """A due time was written (after commit): the clock's timer may have to wake earlier
+        than it planned (docs/schedules.md#when-a-schedule-fires)."""
+        publish(self.redis, keys.due_channel(self.config.namespace))

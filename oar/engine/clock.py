@@ -1,7 +1,9 @@
-"""`oar clock`: runs the reconciler every `RECONCILE_SECONDS` (and once at start).
+"""`oar clock`: runs the reconciler every `RECONCILE_SECONDS` (and once at start), and the
+due-time timer (`oar.engine.due_timer`) that fires schedules and starts deliveries at their
+due times.
 
-Due work lives in the database; the clock only notices what is due or orphaned and hands
-it to the queue, so a restarted clock or a flushed Redis loses nothing.
+Due work lives in the database; the clock only notices what is due or orphaned and fires it
+or hands it to the queue, so a restarted clock or a flushed Redis loses nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from oar.core.config import from_environment
 from oar.core.db import database, open_database
 from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
+from oar.engine.due_timer import DueTimer
 from oar.engine.reconciler import reconcile
 from oar.schedules.schedules import fire_due
 from oar.watching.sweep import sweep
@@ -51,6 +54,7 @@ def main() -> None:
         signal.signal(signum, lambda *_: stopping.set())
     period = runtime.time("RECONCILE_SECONDS")
     log.info("clock started: reconciling every %s s", period)
+    DueTimer(runtime, stopping).start()
     while not stopping.is_set():
         try:
             tick(runtime)

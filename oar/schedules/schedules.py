@@ -2,28 +2,25 @@
 
 The database is the truth: a schedule's `due_at` (indexed, UTC) says when the relay must
 look at it next. Two paths fire it and either may win:
-- RQ's scheduler runs `workers.schedules.fire` at the due time (on time, but it can start
-  a job up to a second early, so the job compares `now` with `due_at` and waits or
-  re-enqueues itself when early);
-- the clock's sweeper (`fire_due`) fires whatever is overdue: after downtime, a lost job
-  or a flushed Redis.
+- the clock's due-time timer (`oar.engine.due_timer`) sleeps until the earliest `due_at`
+  (`next_due_at`), woken by a signal whenever an earlier one is written, and fires what is
+  due then (`fire_due`, never before: it compares `now` with `due_at`);
+- the clock's sweeper (`fire_due` again, every reconcile period) fires whatever is overdue:
+  after downtime, or a timer that missed its signal.
 A firing claims the schedule with a conditional UPDATE on the `due_at` it read, so it
-happens once however many workers and clocks try, and whatever their clocks say.
+happens once however many timers, sweepers and clocks try, and whatever their clocks say.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-import redis
-
 from oar.approvals import loop
-from oar.core import defaults, ids, jobs, keys
-from oar.core.db import released_connection, write_transaction
+from oar.core import defaults, ids
+from oar.core.db import write_transaction
 from oar.core.models import Message, Schedule, Session
 from oar.core.runtime import Runtime
 from oar.core.statuses import OPEN_TURN, SCHEDULE_ENDED_WITH_SESSION, ScheduleEndReason, TurnStatus
@@ -33,11 +30,6 @@ from oar.sessions import rules
 from oar.turns import automated, turns
 
 log = logging.getLogger(__name__)
-
-# A job started at most this early waits for its due time in its thread; earlier, it
-# re-enqueues itself (RQ's scheduler keeps whole seconds and polls once a second).
-EARLY_WAIT_SECONDS = 2.0
-
 
 def timing_of(schedule: Schedule) -> Timing:
     return Timing(
@@ -65,35 +57,37 @@ def active_set_for_others(session_id: str) -> int:
     )
 
 
-# Queueing the on-time job -----------------------------------------------------------------
+# Telling the timer ------------------------------------------------------------------------
 
 
-def enqueue_firing(runtime: Runtime, schedule_id: str, due_at: datetime) -> None:
-    """Ask RQ's scheduler to fire the schedule at `due_at`. One job per schedule and due
-    time (a fixed job id), so enqueueing again never makes two. If Redis is down the
-    clock's sweeper fires it instead."""
-    job_id = keys.schedule_job_id(schedule_id, int(due_at.replace(tzinfo=UTC).timestamp() * 1000))
-    try:
-        runtime.queue.enqueue_at(
-            due_at.replace(tzinfo=UTC), jobs.FIRE_SCHEDULE, schedule_id, job_id=job_id, result_ttl=0, failure_ttl=86_400
-        )
-    except redis.RedisError as error:
-        log.warning("schedule %s not enqueued (the sweeper will fire it): %s", schedule_id, error)
+def announce_due(runtime: Runtime) -> None:
+    """A due time was written (after commit): wake the clock's timer, which reads the earliest
+    again. Without Redis the timer finds it within a reconcile period."""
+    runtime.signal_due()
+
+
+def next_due_at(after: datetime) -> datetime | None:
+    """The earliest due time after `after` (those at or before it are being fired, or are the
+    sweeper's: paused, failing)."""
+    row = (
+        Schedule.select(Schedule.due_at)
+        .where(Schedule.due_at > after)
+        .order_by(Schedule.due_at)
+        .limit(1)
+        .first()
+    )
+    return None if row is None else row.due_at
 
 
 def run_job(runtime: Runtime, schedule_id: str, now_reader: Any) -> str:
-    """The RQ job's work: fire the schedule if it is due; if the scheduler started the job
-    early, wait for the due time (a short wait) or enqueue the job again (a long one)."""
+    """The RQ job earlier versions enqueued at a due time (some may still be in Redis): fire
+    the schedule if it is due; if early, leave it to the clock's timer."""
     schedule = Schedule.get_or_none(Schedule.id == schedule_id)
     if schedule is None or schedule.due_at is None:
         return "gone"
-    early = (schedule.due_at - now_reader()).total_seconds()
-    if early > EARLY_WAIT_SECONDS:
-        enqueue_firing(runtime, schedule_id, schedule.due_at)
+    if schedule.due_at > now_reader():
+        announce_due(runtime)
         return "early"
-    if early > 0:
-        with released_connection():
-            time.sleep(early)
     return fire_one(runtime, schedule_id, now_reader())
 
 
@@ -113,8 +107,11 @@ def header(schedule: Schedule, setter: Session) -> str:
     return " · ".join(parts)
 
 
-def fire_due(runtime: Runtime, now: datetime, limit: int = defaults.SCHEDULE_SWEEP_BATCH) -> Counter[str]:
-    """The sweeper: fire (or skip, or hold) every schedule due at `now`, oldest first."""
+def fire_due(
+    runtime: Runtime, now: datetime, limit: int = defaults.SCHEDULE_SWEEP_BATCH, *, announce: bool = True
+) -> Counter[str]:
+    """Fire (or skip, or hold) every schedule due at `now`, oldest first, at most `limit`.
+    `announce=False` for the timer itself, which reads the next due times afterwards."""
     outcomes: Counter[str] = Counter()
     if not runtime.settings()["agent_sessions_enabled"]:
         return outcomes  # nothing fires while agent sessions are off (docs/rules.md#agent-sessions-on-or-off)
@@ -127,7 +124,7 @@ def fire_due(runtime: Runtime, now: datetime, limit: int = defaults.SCHEDULE_SWE
     ]
     for schedule_id in due:
         try:
-            outcomes[fire_one(runtime, schedule_id, now)] += 1
+            outcomes[fire_one(runtime, schedule_id, now, announce=announce)] += 1
         except Exception:  # one broken schedule must not stop the others from firing
             log.exception("schedule %s could not fire; trying again at the next sweep", schedule_id)
             outcomes["failed"] += 1
@@ -138,7 +135,7 @@ class _ClaimLost(Exception):
     """Another worker or clock fired this due time first: roll back and do nothing."""
 
 
-def fire_one(runtime: Runtime, schedule_id: str, now: datetime) -> str:
+def fire_one(runtime: Runtime, schedule_id: str, now: datetime, *, announce: bool = True) -> str:
     """Fire the schedule's due time once: `fired`, `skipped`, `held`, `ended`, or, when
     there was nothing to do, `gone` / `early` / `paused` / `lost`."""
     schedule = Schedule.get_or_none(Schedule.id == schedule_id)
@@ -167,9 +164,9 @@ def fire_one(runtime: Runtime, schedule_id: str, now: datetime) -> str:
         return "lost"
     if started is not None:
         turns.start_turns(runtime, started.session_id)
-    schedule = Schedule.get_by_id(schedule_id)
-    if schedule.due_at is not None:
-        enqueue_firing(runtime, schedule_id, schedule.due_at)
+    if announce:
+        # The next due time may be earlier than what the timer sleeps for (a sweep fired it).
+        announce_due(runtime)
     return outcome
 
 
@@ -240,8 +237,8 @@ def release_held(runtime: Runtime, setter_id: str, now: datetime) -> int:
         ]
         if held:
             Schedule.update(due_at=now).where(Schedule.id.in_(held) & Schedule.ended_at.is_null()).execute()
-    for schedule_id in held:
-        enqueue_firing(runtime, schedule_id, now)
+    if held:
+        announce_due(runtime)
     return len(held)
 
 

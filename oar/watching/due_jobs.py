@@ -1,4 +1,11 @@
-"""The delivery jobs of due times: one RQ job per due time delivers to every watcher due by then."""
+"""The delivery jobs of due times: one RQ job per due time delivers to every watcher due by then.
+
+A due time still to come is also announced to the clock's due-time timer
+(`oar.engine.due_timer`), which enqueues the job of that time at the time itself: RQ's
+scheduler keeps whole seconds and polls once a second, so its copy may start early (the job
+then waits or enqueues itself again, `delivering.run_due_job`) or a second late. The one
+that comes first delivers; the other finds nothing (the claims keep delivery single).
+"""
 
 from __future__ import annotations
 
@@ -37,5 +44,6 @@ def enqueue_due(runtime: Runtime, due: datetime, suffix: str = "") -> None:
         else:
             runtime.queue.enqueue_at(due.replace(tzinfo=UTC), jobs.DELIVER_DUE, stamp, job_id=job_id,
                                      result_ttl=0, failure_ttl=86_400)
+            runtime.signal_due()
     except redis.RedisError as error:
         log.warning("delivery at %s not enqueued (the sweeper will deliver): %s", iso(due), error)

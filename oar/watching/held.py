@@ -74,6 +74,10 @@ _SLOT_SQL = (
     'SELECT "due_at" FROM "held_event" WHERE "watcher_id" = ? AND "reason" = ? AND "due_at" > ? '
     'AND "delivered_at" IS NULL AND "dropped" = ? ORDER BY "due_at" LIMIT 1'
 )
+_EARLIEST_AFTER_SQL = (
+    'SELECT "due_at" FROM "held_event" WHERE "delivered_at" IS NULL AND "due_at" > ? AND "dropped" = ? '
+    'ORDER BY "due_at" LIMIT 1'
+)
 _WAKEUPS_SQL = 'SELECT COUNT(*) FROM "wakeup" WHERE "watcher_id" = ? AND "delivered_at" > ?'
 
 
@@ -84,6 +88,12 @@ def _scalar(sql: str, params: list[Any]) -> Any:
 
 def next_due(watcher_id: str) -> datetime | None:
     due = _scalar(_FIRST_DUE_SQL, [watcher_id, False])
+    return None if due is None else HeldEvent.due_at.python_value(due)
+
+
+def earliest_due_after(after: datetime) -> datetime | None:
+    """The earliest due time of any undelivered row after `after` (the clock's timer)."""
+    due = _scalar(_EARLIEST_AFTER_SQL, [after, False])
     return None if due is None else HeldEvent.due_at.python_value(due)
 
 
