@@ -164,12 +164,11 @@ class Workload:
         if not recurring:
             return self.schedule(number, desk)
         schedule_id = self.rng.choice(recurring)
-        owner_of = self.desks  # any desk may try; only the setter's own call ends it
-        for agent in owner_of:
-            status, body = agent.call("unschedule", schedule_id=schedule_id)
-            if body.get("ok") is True:
-                return "accepted"
-        return self._answer("unschedule", status, body)
+        return "accepted" if self._unschedule(schedule_id) else "refused"
+
+    def _unschedule(self, schedule_id: str) -> bool:
+        """Only the setting conversation ends a schedule; the others are told it is not theirs."""
+        return any(agent.call("unschedule", schedule_id=schedule_id)[1].get("ok") is True for agent in self.desks)
 
     def subscribe(self, number: int, desk: Agent) -> str:
         children = self.tally.children[desk.session_id]
@@ -188,7 +187,7 @@ class Workload:
             "command": f"sleep {self.rng.choice((0.2, 0.5, 1))}", "description": f"task {number}",
         })
         if status == 201 and body.get("ok") is True:
-            self.tally.tasks.append(body["task"]["taskId"] if "taskId" in body["task"] else body["task"]["id"])
+            self.tally.tasks.append(body["task"]["taskId"])
             return "accepted"
         return self._answer("task", status, body)
 
@@ -196,9 +195,14 @@ class Workload:
         """End the recurring schedules the workload left, so that the relay can fall quiet."""
         for schedule_id, at in self.tally.schedules.items():
             if at is None:
-                for agent in self.desks:
-                    if agent.call("unschedule", schedule_id=schedule_id)[1].get("ok") is True:
+                for attempt in range(3):  # a connection the killed web left behind may fail once
+                    try:
+                        assert self._unschedule(schedule_id), schedule_id
                         break
+                    except requests.RequestException:
+                        if attempt == 2:
+                            raise
+                        self.web.wait_until_up()
 
 
 @dataclass
