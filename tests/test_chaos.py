@@ -126,7 +126,8 @@ def open_work() -> dict[str, int]:
         return {
             "open turns": Message.select().where(Message.status.not_in(FINAL) & Message.status.is_null(False)).count(),
             "running tasks": Task.select().where(Task.status == TaskStatus.RUNNING).count(),
-            "due schedules": Schedule.select().where(Schedule.ended_at.is_null() & (Schedule.due_at <= utcnow())).count(),
+            # Every schedule ends: `at` ones once fired, recurring ones unscheduled by the workload's end.
+            "schedules to fire": Schedule.select().where(Schedule.ended_at.is_null()).count(),
             "held events": HeldEvent.select().where(HeldEvent.delivered_at.is_null() & ~HeldEvent.dropped).count(),
             "busy sessions": Session.select().where(Session.active_turn.is_null(False)).count(),
             "events not ingested": Event.select().where(Event.seq > int(cursor.value if cursor else 0)).count(),

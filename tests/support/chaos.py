@@ -114,6 +114,10 @@ class Workload:
         # The limits a busy relay answers with are the documented refusals (docs/rules.md, docs/schedules.md#limits).
         if code in ("REMOTE_RELAY_SESSION_LIMIT", "REMOTE_RELAY_SCHEDULE_LIMIT", "REMOTE_RELAY_SUBSCRIPTION_LIMIT"):
             return "refused"
+        # A desk's HTTP call made while one of its own (scheduled) turns runs waits on its card in
+        # that turn, and the card is withdrawn when the turn ends (docs/rules.md#where-a-card-waits).
+        if code == "REMOTE_RELAY_APPROVAL_DENIED" and "withdrawn" in body.get("error", ""):
+            return "withdrawn"
         self.tally.errors.append(f"{kind}: {status} {body}")
         return "error"
 
