@@ -2,7 +2,8 @@
 
 1,000 sessions (by default) and 200 watcher conversations, each with one `["all"]`
 subscription (one of the 20 a conversation may hold), so that every event reaches every
-watcher: 10,000 `turn_end` events become 2,000,000 held rows. The relay runs as production
+watcher: 10,000 `turn_end` events are held 2,000,000 times (in one bundle row per watcher
+and ingested batch, docs/events.md#how-events-are-held). The relay runs as production
 does (gunicorn, `oar worker`, `oar clock`, embedded Redis, SQLite); the events are written
 by this process into the relay's database exactly as the relay's own emitters write them
 (`oar.events.record`, one write transaction each), and the engine is poked (an ingest job
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import requests
+from peewee import fn
 
 from bench import report, seed, stack
 from bench.owner import Owner
@@ -61,6 +63,7 @@ class FanoutFigures:
     held_seconds: float
     delivered_seconds: float
     held_rows: int
+    written_rows: int
     messages: int
     lag_ms: list[float]
 
@@ -182,7 +185,9 @@ def measure(args: argparse.Namespace) -> FanoutFigures:
         finally:
             processes.stop_all()
         with database.connection_context():
-            rows = HeldEvent.select().where(HeldEvent.event_seq >= first).count()
+            # Held events (a bundle row holds `count`), and the rows that hold them.
+            rows = HeldEvent.select(fn.SUM(HeldEvent.count)).where(HeldEvent.event_seq >= first).scalar() or 0
+            written = HeldEvent.select().where(HeldEvent.event_seq >= first).count()
             windows: dict[str, object] = {}
             for row in (
                 HeldEvent.select(HeldEvent.message_id, HeldEvent.due_at)
@@ -198,7 +203,8 @@ def measure(args: argparse.Namespace) -> FanoutFigures:
         return FanoutFigures(
             sessions=args.sessions, watchers=args.watchers, events=args.events, window_seconds=args.window,
             insert_per_second=args.events / baseline_seconds, measured_insert_seconds=insert_seconds,
-            held_seconds=held_seconds, delivered_seconds=delivered_seconds, held_rows=rows, messages=len(windows),
+            held_seconds=held_seconds, delivered_seconds=delivered_seconds, held_rows=rows, written_rows=written,
+            messages=len(windows),
             lag_ms=lags,
         )
 
@@ -209,10 +215,11 @@ def render(figures: FanoutFigures) -> str:
         "OAR Relay benchmark: delivery fan-out",
         f"machine      {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} after the run",
         f"workload     {figures.sessions:,} sessions, {figures.watchers} watchers with one [\"all\"] subscription each, "
-        f"{figures.events:,} turn_end events ({figures.held_rows:,} held rows); window {figures.window_seconds:g} s",
+        f"{figures.events:,} turn_end events ({figures.held_rows:,} held events in {figures.written_rows:,} rows); "
+        f"window {figures.window_seconds:g} s",
         f"baseline     raw event insert (one write transaction each): {figures.insert_per_second:,.0f} events/s",
         f"engine       every event held for every watcher {figures.held_seconds:.1f} s after the first insert: "
-        f"{engine_rate:,.0f} events/s ({engine_rate * figures.watchers:,.0f} held rows/s), "
+        f"{engine_rate:,.0f} events/s ({engine_rate * figures.watchers:,.0f} held events/s), "
         f"× {engine_rate / figures.insert_per_second:.3f} of the raw insert rate "
         f"(the inserts themselves took {figures.measured_insert_seconds:.1f} s)",
         f"delivered    every held row delivered {figures.delivered_seconds:.1f} s after the first insert, "

@@ -141,9 +141,10 @@ DELIVERY_MINUTE_SECONDS = 60
 # `stalled_minutes` of a subscription that does not give one: a running turn or task without
 # output this long is `stalled` (docs/events.md#subscriptions, docs/limits.md).
 STALLED_DEFAULT_MINUTES = 15
-# Events one ingestion transaction turns into held rows at most (events × the subscriptions
-# that may receive them), so that a wide fan-out keeps write transactions short.
-INGEST_ROWS_PER_BATCH = 20_000
+# Events × subscriptions one ingestion transaction looks at, at most, so that a wide fan-out
+# keeps write transactions short; it writes one held row per watcher and batch, not per
+# event (docs/events.md#how-events-are-held).
+INGEST_ROWS_PER_BATCH = 200_000
 # One relay process delivers due events at a time; its lease on that (renewed after each
 # delivery) lapses this long after the process stopped without giving it back.
 DELIVERY_LOCK_SECONDS = 30

@@ -340,10 +340,18 @@ class Subscription(BaseModel):
 
 
 class HeldEvent(BaseModel):
-    """One event on its way to one watcher: held until `due_at` (UTC), then delivered once.
+    """Events on their way to one watcher, held until `due_at` (UTC), then delivered once
+    (docs/events.md#how-events-are-held).
 
-    A watcher gets an event once however many of its subscriptions match it (the unique
-    index); delivering claims rows with a conditional UPDATE on `delivered_at`.
+    One row holds one event (`line` written in it), or — a bundle — several events of one
+    ingested batch that share the watcher, due time, reason and subscription: `count` of
+    them, `seqs` their runs of event numbers and the names they are received under
+    (`[[first, last, kind], …]`), their lines written once per event in `EventLine`. So a
+    wide fan-out writes one row per watcher and batch, not per watcher and event. A
+    watcher gets an event once however many of its subscriptions match it (the cursor that
+    claims each batch once, and the unique index); delivering claims rows with a
+    conditional UPDATE on `delivered_at`. `position` orders the engine's own lines
+    (`all_idle`, heartbeats) among event lines: the engine's cursor when they were made.
     """
 
     id = pw.AutoField()
@@ -353,7 +361,10 @@ class HeldEvent(BaseModel):
     event_seq = pw.IntegerField(null=True)  # null for lines the engine makes (all_idle)
     subscription_id = pw.CharField(max_length=32)
     kind = pw.CharField(max_length=32)
-    line = pw.TextField()
+    line = pw.TextField(null=True)  # null for a bundle: its lines are in EventLine
+    count = pw.IntegerField(default=1)
+    seqs = JSONField(null=True)  # a bundle's [[first seq, last seq, kind], …]
+    position = pw.IntegerField(null=True)  # the engine's lines: the cursor when made
     urgent = pw.BooleanField(default=False)
     reason = pw.CharField(max_length=8)  # urgent | window | cap | digest | quiet | own
     turn_id = pw.CharField(null=True, max_length=32)  # turn_end: the prompt of that turn
@@ -371,6 +382,19 @@ class HeldEvent(BaseModel):
             (("watcher", "reason", "due_at"), False),
             (("delivered_at", "due_at"), False),
         )
+
+
+class EventLine(BaseModel):
+    """How one event reads under one name (docs/events.md#events), written once for all the
+    watchers whose held bundles (`HeldEvent.seqs`) carry it."""
+
+    id = pw.AutoField()
+    seq = pw.IntegerField()
+    kind = pw.CharField(max_length=32)
+    line = pw.TextField()
+
+    class Meta:
+        indexes = ((("seq", "kind"), True),)
 
 
 class ReplyReceipt(BaseModel):
@@ -471,5 +495,5 @@ class Approval(BaseModel):
 
 MODELS: tuple[type[BaseModel], ...] = (
     Setting, Provider, Group, Session, AgentToken, SignIn, Message, Question, Task, Event, Schedule,
-    Subscription, HeldEvent, ReplyReceipt, TokenUsage, Card, Approval, StallWatch, Wakeup,
+    Subscription, HeldEvent, EventLine, ReplyReceipt, TokenUsage, Card, Approval, StallWatch, Wakeup,
 )

@@ -81,9 +81,10 @@ def deliver_overdue(runtime: Runtime, now_reader: Any, lag_seconds: float = 0) -
 
 def _deliver_pass(runtime: Runtime, now: datetime, lag_seconds: float, lock: str, token: str, lease: int) -> int:
     made = 0
+    lines = held.Lines()  # the watchers of a wide fan-out carry the same bundled lines
     for watcher_id in _overdue_watchers(now - timedelta(seconds=lag_seconds)):
         try:
-            if deliver(runtime, watcher_id, now) == "delivered":
+            if deliver(runtime, watcher_id, now, lines) == "delivered":
                 made += 1
         except Exception:  # one broken watcher must not stop the others
             log.exception("delivery to %s failed; trying again at the next sweep", watcher_id)
@@ -136,7 +137,7 @@ def run_job(runtime: Runtime, watcher_id: str, now_reader: Any) -> str:
     return deliver(runtime, watcher_id, now_reader())
 
 
-def deliver(runtime: Runtime, watcher_id: str, now: datetime) -> str:
+def deliver(runtime: Runtime, watcher_id: str, now: datetime, lines: held.Lines | None = None) -> str:
     """Deliver the watcher's due events as one message: `delivered`, `nothing`, `paused`,
     `dropped` or `lost` (another worker delivered them first)."""
     if not runtime.settings()["agent_sessions_enabled"]:
@@ -148,7 +149,8 @@ def deliver(runtime: Runtime, watcher_id: str, now: datetime) -> str:
     rows = {
         row.id: row
         for row in HeldEvent.select(
-            HeldEvent.id, HeldEvent.due_at, HeldEvent.reason, HeldEvent.urgent, HeldEvent.subscription_id, HeldEvent.line
+            HeldEvent.id, HeldEvent.due_at, HeldEvent.reason, HeldEvent.urgent, HeldEvent.subscription_id, HeldEvent.line,
+            HeldEvent.count, HeldEvent.seqs, HeldEvent.event_seq, HeldEvent.position,
         ).where(held.undelivered(watcher_id)).namedtuples()
     }
     chosen = [rows[h.key] for h in delivery.batch([delivery.Held(r.id, r.due_at, r.reason, r.urgent) for r in rows.values()], now)]
@@ -159,7 +161,7 @@ def deliver(runtime: Runtime, watcher_id: str, now: datetime) -> str:
     try:
         with write_transaction():
             watcher = Session.get_by_id(watcher_id)
-            text = _message_text(chosen)
+            text = _message_text(chosen, lines or held.Lines())
             message = automated.insert(watcher, text, turns.Provenance(kind="event", hops=0))
             claimed = held.claim([r.id for r in chosen], now, message.id)
             if claimed != len(chosen):
@@ -179,14 +181,29 @@ def deliver(runtime: Runtime, watcher_id: str, now: datetime) -> str:
     return "delivered"
 
 
-def _message_text(rows: list[Any]) -> str:
+def _message_text(rows: list[Any], lines: held.Lines) -> str:
     reasons = {row.reason for row in rows}
     subs = {s.id: s for s in Subscription.select().where(Subscription.id.in_({r.subscription_id for r in rows}))}
     digest_subs = [subscription_rules.rules_of(s) for s in subs.values() if s.digest_minutes]
     quiet = next((subscription_rules.quiet_of(s) for s in subs.values() if s.quiet_hours), None)
-    lines = [automated.EVENT_HEADER]
-    heading = delivery.digest_line(len(rows), reasons, digest_subs, quiet)
+    text = [automated.EVENT_HEADER]
+    heading = delivery.digest_line(sum(row.count for row in rows), reasons, digest_subs, quiet)
     if heading:
-        lines.append(heading)
-    lines.extend(row.line for row in sorted(rows, key=lambda r: r.id))
-    return "\n".join(lines)
+        text.append(heading)
+    text.extend(line for _key, line in sorted(_ordered_lines(rows, lines), key=lambda item: item[0]))
+    return "\n".join(text)
+
+
+def _ordered_lines(rows: list[Any], lines: held.Lines) -> list[tuple[tuple[int, int, int], str]]:
+    """Every line of `rows` with its place (docs/events.md#how-events-are-held): events in
+    the order they happened (their numbers), the engine's own lines (`all_idle`,
+    heartbeats) after the events ingested before them."""
+    placed: list[tuple[tuple[int, int, int], str]] = []
+    for row in rows:
+        if row.seqs:
+            placed.extend(((seq, 0, row.id), line) for seq, line in lines.of(row.seqs))
+        elif row.event_seq is not None:
+            placed.append(((row.event_seq, 0, row.id), row.line))
+        else:
+            placed.append(((row.position or 0, 1, row.id), row.line))
+    return placed

@@ -21,7 +21,7 @@ from oar.core.models import Message, Session, StallWatch, Subscription, Task
 from oar.core.runtime import Runtime
 from oar.core.statuses import SessionState, TaskStatus, TurnStatus
 from oar.core.timeutil import iso
-from oar.watching import delivery, due_jobs, event_lines, lifetime, subscription_rules
+from oar.watching import delivery, due_jobs, event_lines, held, lifetime, subscription_rules
 from oar.watching.holding import Holding
 
 
@@ -134,7 +134,7 @@ def make_heartbeats(runtime: Runtime, now: datetime) -> int:
             line = heartbeat_line(subscription, holding)
             when, reason, _ = holding.due(subscription.watcher_id, [subscription], "heartbeat")
             holding.add(subscription.watcher_id, when, reason, subscription_id=subscription.id, kind="heartbeat",
-                        line=line)
+                        line=line, position=held.cursor())
             holding.flush()
             lifetime.fire_once([subscription], now)
         due_jobs.schedule_next(runtime, subscription.watcher_id)

@@ -1,4 +1,5 @@
-"""The held rows (`HeldEvent`): one per watcher and event, with its due time, until delivered.
+"""The held rows (`HeldEvent`): one per watcher and event, or one bundle of a batch's events
+(docs/events.md#how-events-are-held), with its due time, until delivered.
 
 An ingestion writes them (`insert`), a delivery claims them (`claim`), and both look up a
 watcher's next due time, open window and recent wake-ups. These are plain SQL: a wide
@@ -14,22 +15,32 @@ from typing import Any
 import peewee as pw
 
 from oar.core.db import database, is_sqlite
-from oar.core.models import HeldEvent
+from oar.core.models import EventLine, HeldEvent, Setting
 from oar.watching import delivery
+
+CURSOR_KEY = "delivery_cursor"
 
 
 class Lost(Exception):
     """Another worker claimed the same batch or rows: roll back, do nothing."""
 
 
-# Held rows are written this many at a time (11 columns each: far below SQLite's limit of
+# Held rows are written this many at a time (14 columns each: far below SQLite's limit of
 # bound variables per statement).
 HOLD_INSERT_ROWS = 400
 # Held rows claimed by one UPDATE when a delivery carries many (bound variables per statement).
 CLAIM_CHUNK = 5000
 
-HELD_FIELDS = ("watcher", "event_seq", "subscription_id", "kind", "line", "urgent", "reason", "turn_id", "due_at",
-               "created_at", "dropped")
+HELD_FIELDS = ("watcher", "event_seq", "subscription_id", "kind", "line", "count", "seqs", "position", "urgent",
+               "reason", "turn_id", "due_at", "created_at", "dropped")
+# Event lines written at a time (3 columns each).
+LINE_INSERT_ROWS = 1000
+
+
+def cursor() -> int:
+    """The engine's cursor: the last event number ingested."""
+    row = Setting.get_or_none(Setting.key == CURSOR_KEY)
+    return 0 if row is None else int(row.value)
 
 
 def insert(rows: list[tuple[Any, ...]]) -> None:
@@ -44,6 +55,38 @@ def insert(rows: list[tuple[Any, ...]]) -> None:
         values = ", ".join([marks] * len(chunk))
         db.execute_sql(f'{verb} INTO "{HeldEvent._meta.table_name}" ({columns}) VALUES {values}{tail}',
                        [value for row in chunk for value in row])
+
+
+def insert_lines(lines: list[tuple[int, str, str]]) -> None:
+    """Write (seq, kind, line) once for every bundle that carries it; one already there stays."""
+    db = database.obj
+    verb, tail = ("INSERT OR IGNORE", "") if is_sqlite() else ("INSERT", " ON CONFLICT DO NOTHING")
+    for chunk in pw.chunked(lines, LINE_INSERT_ROWS):
+        values = ", ".join([f"({db.param}, {db.param}, {db.param})"] * len(chunk))
+        db.execute_sql(f'{verb} INTO "{EventLine._meta.table_name}" ("seq", "kind", "line") VALUES {values}{tail}',
+                       [value for row in chunk for value in row])
+
+
+class Lines:
+    """The event lines of bundles, read by runs of event numbers and kept while one delivery
+    pass runs: the watchers of a wide fan-out carry the same runs (lines never change)."""
+
+    def __init__(self) -> None:
+        self.known: dict[tuple[int, str], str] = {}
+        self.read: set[tuple[int, int, str]] = set()
+
+    def of(self, runs: list[list[Any]]) -> list[tuple[int, str]]:
+        """(seq, line) of every event in `runs` ([first, last, kind] each), in order."""
+        found: list[tuple[int, str]] = []
+        for first, last, kind in runs:
+            if (first, last, kind) not in self.read:
+                rows = database.execute_sql(
+                    'SELECT "seq", "line" FROM "event_line" WHERE "kind" = ? AND "seq" BETWEEN ? AND ?'.replace(
+                        "?", database.obj.param), [kind, first, last]).fetchall()
+                self.known.update(((int(seq), kind), str(line)) for seq, line in rows)
+                self.read.add((first, last, kind))
+            found.extend((seq, self.known[(seq, kind)]) for seq in range(first, last + 1) if (seq, kind) in self.known)
+        return found
 
 
 def claim(row_ids: list[int], now: datetime, message_id: str) -> int:

@@ -4,6 +4,7 @@ when every session a subscription watches has gone idle."""
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from datetime import datetime
 from typing import Any
@@ -43,11 +44,12 @@ class Holding:
             rules.append(self.rules[subscription.id])
         return delivery.due_for(rules, kind, self.now, self.slots[watcher_id], self.wakeups[watcher_id], self.engine)
 
-    def add(self, watcher_id: str, due: datetime, reason: str, *, subscription_id: str, kind: str, line: str,
-            event_seq: int | None = None, turn_id: str | None = None) -> None:
+    def add(self, watcher_id: str, due: datetime, reason: str, *, subscription_id: str, kind: str, line: str | None,
+            event_seq: int | None = None, turn_id: str | None = None, count: int = 1, seqs: list[list[Any]] | None = None,
+            position: int | None = None) -> None:
         self.rows.append(
-            (watcher_id, event_seq, subscription_id, kind, line, kind in delivery.URGENT_KINDS, reason, turn_id, due,
-             self.now, False)
+            (watcher_id, event_seq, subscription_id, kind, line, count, None if seqs is None else json.dumps(seqs),
+             position, kind in delivery.URGENT_KINDS, reason, turn_id, due, self.now, False)
         )
         if watcher_id not in self.before:
             self.before[watcher_id] = held.next_due(watcher_id)
@@ -107,13 +109,25 @@ class Holding:
 
 
 def hold(events: list[Event], now: datetime, engine: delivery.Timing) -> tuple[set[str], list[str]]:
+    """Hold a batch of events for every watcher they concern (docs/events.md#how-events-are-held).
+
+    Subscriptions with the same filters (scope, sessions, exclude, events, match,
+    stalled_minutes) decide alike, so an event is matched once per such group, not once per
+    subscription. A watcher's events of the batch that share a due time, reason and
+    subscription become one bundle row; events that need a row of their own (urgent ones,
+    the watcher's own prompts) keep one each.
+    """
     subscriptions = list(Subscription.select().where(Subscription.ended_at.is_null()))
     if not subscriptions:
         return set(), []
     sessions = {s.id: s for s in Session.select().where(Session.id.in_({e.session_id for e in events}))}
     holding = Holding(now, engine)
+    groups: dict[tuple[Any, ...], list[Subscription]] = defaultdict(list)
+    for subscription in subscriptions:
+        groups[_filters(subscription)].append(subscription)
     touched: set[str] = set()
     active_subs: dict[str, Subscription] = {}  # subscriptions with watched activity in the batch
+    bundles = Bundles(holding)
     for event in events:
         session = sessions.get(event.session_id)
         if session is None:
@@ -121,55 +135,150 @@ def hold(events: list[Event], now: datetime, engine: delivery.Timing) -> tuple[s
         if not delivery.wakes_watchers(event.kind, (event.payload or {}).get("startedBy")):
             continue  # nor is it activity for all_idle: that would wake the watchers all the same
         lines: dict[str, str] = {}
-        per_watcher: dict[str, list[tuple[Subscription, str]]] = defaultdict(list)
-        for subscription in subscriptions:
-            if subscription.ended_at is not None or event.created_at < subscription.created_at:
-                continue
-            if not subscription_rules.watches(subscription, event.session_id):
-                continue
-            if event.kind != "session_idle":
-                active_subs.setdefault(subscription.id, subscription)
-            kind = subscription_rules.received_as(subscription, event)
-            if kind is None:
-                continue
-            if kind not in lines:
+        per_watcher: dict[str, list[tuple[Subscription, str]]] = {}
+        for group in groups.values():
+            first = group[0]
+            if not _in_scope(first, event.session_id):
+                continue  # the same for the whole group (its watchers' own sessions are left out below)
+            idle_too = "all_idle" in (first.events or []) and event.kind != "session_idle"
+            kind = subscription_rules.received_as(first, event)
+            if kind is not None and kind not in lines:
                 lines[kind] = event_lines.event_line(event, session, kind)
-            if subscription_rules.matches_text(subscription.match, lines[kind]):
-                per_watcher[subscription.watcher_id].append((subscription, kind))
+            if kind is not None and not subscription_rules.matches_text(first.match, lines[kind]):
+                kind = None
+            if kind is None and not idle_too:
+                continue
+            for subscription in group:
+                if (subscription.ended_at is not None or event.created_at < subscription.created_at
+                        or event.session_id == subscription.watcher_id):
+                    continue  # a conversation's own session is never watched
+                if idle_too:
+                    active_subs.setdefault(subscription.id, subscription)
+                if kind is not None:
+                    if (matched := per_watcher.get(subscription.watcher_id)) is None:
+                        per_watcher[subscription.watcher_id] = [(subscription, kind)]
+                    else:
+                        matched.append((subscription, kind))
+        if not per_watcher:
+            continue
+        payload = event.payload or {}
+        own = payload.get("fromSession") if event.kind == "turn_end" and payload.get("turnId") else None
         for watcher_id, matched in per_watcher.items():
-            kind = "subagent_finished" if any(k == "subagent_finished" for _, k in matched) else event.kind
-            _hold_one(event, kind, lines[kind], watcher_id, [s for s, k in matched if k == kind], holding)
-            touched.add(watcher_id)
+            if len(matched) == 1 and watcher_id != own and matched[0][1] not in delivery.URGENT_KINDS:
+                # The common case, without the lists: one subscription, a bundled event.
+                subscription, kind = matched[0]
+                bundles.add(watcher_id, bundles.due(watcher_id, [subscription], kind), event, kind, lines[kind])
+                if subscription.once:
+                    lifetime.fire_once([subscription], holding.now)
+            else:
+                kind = "subagent_finished" if any(k == "subagent_finished" for _, k in matched) else event.kind
+                _hold_one(event, kind, lines[kind], watcher_id, [s for s, k in matched if k == kind], holding, bundles)
+        touched.update(per_watcher)
+    bundles.flush()
     holding.flush()  # event lines before the all_idle lines they lead to
+    position = events[-1].seq
     for subscription in active_subs.values():
         if subscription.ended_at is None and "all_idle" in (subscription.events or []):
-            if _all_idle(subscription, holding):
+            if _all_idle(subscription, holding, position):
                 touched.add(subscription.watcher_id)
     holding.flush()
     return touched, holding.to_schedule()
 
 
-def _hold_one(event: Event, kind: str, line: str, watcher_id: str, matched: list[Subscription], holding: Holding) -> None:
+def _in_scope(subscription: Subscription, session_id: str) -> bool:
+    """`subscription_rules.watches` but for the watcher's own session, which differs within a group."""
+    if subscription.scope == "all":
+        return session_id not in (subscription.exclude or [])
+    return session_id in (subscription.sessions or [])
+
+
+def _filters(subscription: Subscription) -> tuple[Any, ...]:
+    """What decides whether a subscription receives an event, and under which name, but the
+    watcher: subscriptions alike in these decide alike (`once` ones each on their own, since
+    one ends with its first event)."""
+    return (
+        subscription.scope, tuple(subscription.sessions or ()), tuple(subscription.exclude or ()),
+        tuple(subscription.events or ()), subscription.match, subscription.stalled_minutes,
+        subscription.id if subscription.once else None,
+    )
+
+
+class Bundles:
+    """A batch's events per watcher, due time, reason and subscription: one held row each
+    (docs/events.md#how-events-are-held). The due time of a watcher's non-urgent event is the
+    same for every event of a batch that the same subscriptions match (a window or cap digest
+    opened in the batch closes at now + its length, whichever event opened it), so it is
+    decided once per watcher and set of subscriptions."""
+
+    def __init__(self, holding: Holding) -> None:
+        self.holding = holding
+        self.dues: dict[tuple[str, str | tuple[str, ...]], tuple[datetime, str, str]] = {}
+        self.events: dict[tuple[str, datetime, str, str], list[tuple[Event, str, str]]] = {}
+
+    def due(self, watcher_id: str, matched: list[Subscription], kind: str) -> tuple[datetime, str, str]:
+        key = (watcher_id, matched[0].id if len(matched) == 1 else tuple(s.id for s in matched))
+        if key not in self.dues:
+            self.dues[key] = self.holding.due(watcher_id, matched, kind)
+        return self.dues[key]
+
+    def add(self, watcher_id: str, due_reason: tuple[datetime, str, str], event: Event, kind: str, line: str) -> None:
+        due, reason, subscription_id = due_reason
+        self.events.setdefault((watcher_id, due, reason, subscription_id), []).append((event, kind, line))
+
+    def flush(self) -> None:
+        lines: dict[tuple[int, str], str] = {}
+        for (watcher_id, due, reason, subscription_id), held_events in self.events.items():
+            if len(held_events) == 1:
+                [(event, kind, line)] = held_events
+                turn_id = (event.payload or {}).get("turnId") if event.kind == "turn_end" else None
+                self.holding.add(watcher_id, due, reason, subscription_id=subscription_id, kind=kind, line=line,
+                                 event_seq=event.seq, turn_id=turn_id)
+                continue
+            runs: list[list[Any]] = []
+            for event, kind, line in held_events:
+                lines[(event.seq, kind)] = line
+                if runs and runs[-1][1] == event.seq - 1 and runs[-1][2] == kind:
+                    runs[-1][1] = event.seq
+                else:
+                    runs.append([event.seq, event.seq, kind])
+            kinds = {kind for _, kind, _ in held_events}
+            self.holding.add(watcher_id, due, reason, subscription_id=subscription_id,
+                             kind=kinds.pop() if len(kinds) == 1 else "events", line=None,
+                             event_seq=held_events[0][0].seq, count=len(held_events), seqs=runs)
+        held.insert_lines([(seq, kind, line) for (seq, kind), line in lines.items()])
+        self.events = {}
+
+
+def _hold_one(event: Event, kind: str, line: str, watcher_id: str, matched: list[Subscription], holding: Holding,
+              bundles: Bundles) -> None:
     payload = event.payload or {}
     now = holding.now
     turn_id = payload.get("turnId") if event.kind == "turn_end" else None
     due_reason: tuple[datetime, str, str] | None = None
     if turn_id and payload.get("fromSession") == watcher_id:
+        # Its own prompt: a row of its own, which the end of its wait finds by `turn_id`
+        # (docs/events.md#own-prompts).
         receipt = ReplyReceipt.get_or_none(ReplyReceipt.turn_id == turn_id)
         if receipt is not None and receipt.received_at is not None:
             lifetime.fire_once(matched, now)  # its own waited-for prompt: ends `once`, not delivered
             return
         if receipt is not None and receipt.waiting_until is not None and receipt.waiting_until > now:
             due_reason = (receipt.waiting_until, delivery.OWN, matched[0].id)
-    if due_reason is None:
-        due_reason = holding.due(watcher_id, matched, kind)
-    due, reason, subscription_id = due_reason
-    holding.add(watcher_id, due, reason, subscription_id=subscription_id, kind=kind, line=line,
-                event_seq=event.seq, turn_id=turn_id)
+        else:
+            due_reason = holding.due(watcher_id, matched, kind)
+        due, reason, subscription_id = due_reason
+        holding.add(watcher_id, due, reason, subscription_id=subscription_id, kind=kind, line=line,
+                    event_seq=event.seq, turn_id=turn_id)
+    elif kind in delivery.URGENT_KINDS:
+        due, reason, subscription_id = holding.due(watcher_id, matched, kind)
+        holding.add(watcher_id, due, reason, subscription_id=subscription_id, kind=kind, line=line,
+                    event_seq=event.seq, turn_id=turn_id)
+    else:
+        bundles.add(watcher_id, bundles.due(watcher_id, matched, kind), event, kind, line)
     lifetime.fire_once(matched, now)
 
 
-def _all_idle(subscription: Subscription, holding: Holding) -> bool:
+def _all_idle(subscription: Subscription, holding: Holding, position: int) -> bool:
     """One `all_idle` per transition to idle of all the subscription's sessions."""
     watched = holding.watched(subscription)
     if holding.busy(watched):
@@ -183,7 +292,8 @@ def _all_idle(subscription: Subscription, holding: Holding) -> bool:
         f"session{'s' if count != 1 else ''} (subscription {subscription.id})"
     )
     due, reason, _ = holding.due(subscription.watcher_id, [subscription], "all_idle")
-    holding.add(subscription.watcher_id, due, reason, subscription_id=subscription.id, kind="all_idle", line=line)
+    holding.add(subscription.watcher_id, due, reason, subscription_id=subscription.id, kind="all_idle", line=line,
+                position=position)
     Subscription.update(idle=True).where(Subscription.id == subscription.id).execute()
     lifetime.fire_once([subscription], holding.now)
     return True

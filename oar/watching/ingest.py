@@ -19,7 +19,7 @@ from oar.core.models import Event, Setting, Subscription
 from oar.core.runtime import Runtime
 from oar.watching import due_jobs, held, holding, subscription_rules
 
-CURSOR_KEY = "delivery_cursor"
+CURSOR_KEY = held.CURSOR_KEY
 INGEST_BATCH = 2000
 # How long a gap in event numbers may stand for an event not committed yet (see
 # committed_in_order); the relay's write transactions last milliseconds.
@@ -33,11 +33,10 @@ def ensure_cursor() -> None:
 
 
 def _cursor() -> int:
-    row = Setting.get_or_none(Setting.key == CURSOR_KEY)
-    if row is None:
+    if Setting.get_or_none(Setting.key == CURSOR_KEY) is None:
         ensure_cursor()
         return 0
-    return int(row.value)
+    return held.cursor()
 
 
 def committed_in_order(cursor: int, events: list[Event], now: datetime, grace: timedelta) -> list[Event]:
@@ -63,8 +62,9 @@ def committed_in_order(cursor: int, events: list[Event], now: datetime, grace: t
 def ingest(runtime: Runtime, now: datetime, limit: int | None = None) -> int:
     """Turn new events into held rows for every watcher they concern; returns how many events.
     One batch reads at most INGEST_BATCH events, and fewer when many subscriptions are
-    active (about INGEST_ROWS_PER_BATCH events × subscriptions), so that a wide fan-out
-    keeps each write transaction short.
+    active (INGEST_ROWS_PER_BATCH events × subscriptions looked at), so that a wide fan-out
+    keeps each write transaction short. A batch writes about one held row per watcher
+    (docs/events.md#how-events-are-held), so larger batches write fewer rows.
     """
     if limit is None:
         active = Subscription.select().where(Subscription.ended_at.is_null()).count()

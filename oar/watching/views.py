@@ -43,7 +43,7 @@ def view(subscription: Subscription) -> dict[str, Any]:
     if subscription.exclude:
         entry["exclude"] = subscription.exclude
     held = list(
-        HeldEvent.select(HeldEvent.due_at).where(
+        HeldEvent.select(HeldEvent.due_at, HeldEvent.count).where(
             (HeldEvent.subscription_id == subscription.id) & HeldEvent.delivered_at.is_null()
             & (HeldEvent.dropped == False)  # noqa: E712
         )
@@ -53,6 +53,6 @@ def view(subscription: Subscription) -> dict[str, Any]:
         entry["endReason"] = subscription.end_reason
         if not held:
             return entry
-    entry["heldCount"] = len(held)
+    entry["heldCount"] = sum(row.count for row in held)  # a bundle holds `count` events
     entry["nextDeliveryAt"] = iso(min((row.due_at for row in held), default=None))
     return entry
