@@ -9,13 +9,16 @@ locked" halfway through.
 from __future__ import annotations
 
 import contextlib
+import heapq
+import os
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
 import peewee
 from playhouse.db_url import connect as connect_url
 from playhouse.db_url import parse as parse_url
-from playhouse.pool import MaxConnectionsExceeded
+from playhouse.pool import MaxConnectionsExceeded, PooledSqliteDatabase
 
 from oar.core.config import Config
 from oar.core.logs import hide_sql_parameters
@@ -37,6 +40,51 @@ SQLITE_PRAGMAS = {
 # default limit of 100 connections.
 POSTGRES_POOL = {"max_connections": 8, "timeout": 30, "stale_timeout": 300}
 
+# SQLite: connections given back (a wait going to sleep, a turn between writes) are kept open
+# for the next query of any thread of the process, up to this many, instead of being closed.
+# Closing the last connection of a WAL database checkpoints the WAL first, and opening one
+# again costs the open, the pragmas and SQLite reading the schema: milliseconds a woken wait
+# spent between the signal and its answer, and a turn on its final write
+# (docs/waiting.md#how-waiting-wakes). An idle SQLite connection holds no lock and no snapshot.
+SQLITE_IDLE_KEPT = 8
+SQLITE_STALE_SECONDS = 300
+
+
+class SqlitePool(PooledSqliteDatabase):
+    """SQLite with given-back connections kept for reuse, at most `SQLITE_IDLE_KEPT` of them;
+    no limit on connections in use (each thread that queries has its own, as without a pool)."""
+
+    def _close(self, conn: Any, close_conn: bool = False) -> None:
+        with self._pool_lock:
+            super()._close(conn, close_conn)
+            while len(self._connections) > SQLITE_IDLE_KEPT:
+                _, _, oldest = heapq.heappop(self._connections)
+                self._close_raw(oldest)
+
+    def forget_inherited(self) -> None:
+        """In a forked child: never use the parent's connections (SQLite forbids carrying one
+        across fork); they are dropped unclosed, and this process opens its own."""
+        idle: list[Any] = self._connections
+        in_use: dict[int, Any] = self._in_use
+        _abandoned.extend(conn for _, _, conn in idle)
+        _abandoned.extend(in_use.values())
+        self._connections: list[Any] = []
+        self._in_use: dict[int, Any] = {}
+        self._state.reset()
+
+
+# Kept referenced so that the child never closes (finalizes) what belongs to its parent.
+_abandoned: list[Any] = []
+_pools: weakref.WeakSet[SqlitePool] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for pool in list(_pools):
+        pool.forget_inherited()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
 
 def open_database(config: Config) -> peewee.Database:
     """Create the database object for `config` and bind the proxy to it."""
@@ -53,11 +101,14 @@ def open_database(config: Config) -> peewee.Database:
     else:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         busy = config.time("SQLITE_BUSY_SECONDS")
-        db = peewee.SqliteDatabase(
+        db = SqlitePool(
             str(config.sqlite_path),
             # busy_timeout (ms): a writer waits for the lock instead of failing at once.
             pragmas={**SQLITE_PRAGMAS, "busy_timeout": int(busy * 1000)}, timeout=busy, autoconnect=True,
+            max_connections=None, stale_timeout=SQLITE_STALE_SECONDS,
+            check_same_thread=False,  # a kept connection serves the next thread; one thread at a time
         )
+        _pools.add(db)
     database.initialize(db)
     return db
 
