@@ -328,6 +328,8 @@ OWNER_CASES = [
     OwnerCase("settings-enabled-string", "PATCH", SETTINGS, {"agent_sessions_enabled": "yes"},
               says="must be true or false"),
     OwnerCase("settings-rate-negative", "PATCH", SETTINGS, {"rate_calls_per_minute": -1}),
+    OwnerCase("settings-roots-unknown-user", "PATCH", SETTINGS, {"allowed_roots": ["~no-such-user-oar/work"]},
+              says="names no home folder"),
     OwnerCase("settings-rate-fraction", "PATCH", SETTINGS, {"rate_writes_per_minute": 2.5}),
     OwnerCase("settings-relay_name-empty", "PATCH", SETTINGS, {"relay_name": ""}),
     OwnerCase("settings-relay_name-too-long", "PATCH", SETTINGS, {"relay_name": "n" * 101}),

@@ -17,9 +17,12 @@ Prompts are kept from tying up the workers: `wait_seconds` is 0 for actions that
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
+import threading
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -214,6 +217,30 @@ def refs(relay: Relay, desk: Agent) -> dict[str, str]:
     }
 
 
+@contextlib.contextmanager
+def owner_denying_cards(relay: Relay) -> Iterator[list[str]]:
+    """The owner denies every card that shows in the Inbox while the block runs: a random call can
+    need one the conversation has no remembered Allow for (loop protection after many prompts, a
+    mode change), and such a call waits for the owner as its own live turn (docs/rules.md)."""
+    denied: list[str] = []
+    done = threading.Event()
+
+    def deny() -> None:
+        while not done.wait(0.2):
+            with contextlib.suppress(requests.RequestException, KeyError):
+                for card in relay.owner.get("/api/v1/owner/inbox")["cards"]:
+                    relay.owner.post(f"/api/v1/owner/cards/{card['id']}", {"decision": "deny"})
+                    denied.append(card["id"])
+
+    thread = threading.Thread(target=deny, name="fuzz-owner", daemon=True)
+    thread.start()
+    try:
+        yield denied
+    finally:
+        done.set()
+        thread.join(10)
+
+
 @pytest.fixture
 def logged(stack: RelayStack) -> Any:
     """What the relay logs during the test; afterwards: no traceback, no internal error."""
@@ -237,7 +264,8 @@ def test_random_action_payloads_always_get_a_spec_shaped_answer(
         if not body["ok"]:
             codes.add(body["code"])
 
-    one_call()
+    with owner_denying_cards(relay):
+        one_call()
     # The fuzzing reached both sides: calls that succeeded and calls that were refused.
     assert answered[True] > 0 and answered[False] > 0, answered
     assert "REMOTE_RELAY_INVALID_INPUT" in codes, codes

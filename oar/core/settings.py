@@ -44,7 +44,10 @@ def _roots(name: str, value: Any) -> list[str]:
         raise invalid(f"{name} must be a list of absolute folder paths. Nothing was changed.")
     roots = []
     for entry in value:
-        path = Path(entry).expanduser()
+        try:
+            path = Path(entry).expanduser()
+        except RuntimeError:  # `~name` of a user this machine does not know
+            raise invalid(f'{name}: "{entry}" names no home folder on this machine. Nothing was changed.') from None
         if not path.is_absolute():
             raise invalid(f'{name}: "{entry}" is not an absolute path. Nothing was changed.')
         roots.append(str(path))
