@@ -17,6 +17,7 @@ from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
 from oar.engine.reconciler import reconcile
 from oar.schedules.schedules import fire_due
+from oar.watching.pruning import prune_if_due
 from oar.watching.sweep import sweep
 
 log = logging.getLogger("oar.clock")
@@ -35,6 +36,7 @@ def tick(runtime: Runtime) -> None:
         swept = sweep(runtime, utcnow())
         if any(swept.values()):
             log.info("deliveries swept: %s", swept)
+        prune_if_due(runtime, utcnow())  # delivered held rows, old events (docs/limits.md#retention)
     finally:
         database.close()
 
