@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from oar.core import defaults
 from oar.core.db import database
 from oar.core.models import Event, HeldEvent, Message
 from oar.core.timeutil import utcnow
@@ -149,7 +150,7 @@ def test_the_newest_event_is_kept_so_that_the_next_one_is_not_skipped(stack: Rel
     poll("the next event delivered", lambda: len(event_messages(watcher)) == 2, seconds=30)
 
 
-SEEDED = 3000
+SEEDED = 3 * defaults.PRUNE_BATCH
 SEEDED_FROM = 10_000_000  # event numbers of the seeded rows: far past any real event
 
 
@@ -162,7 +163,7 @@ def test_a_clock_killed_mid_prune_loses_nothing_and_the_next_clock_finishes(stac
     desk.ok("send", relay="this", session=target, text="one", wait_seconds=30)
     poll("the event held", lambda: len(held_rows(watcher)) == 1, seconds=30)
     kept = [(row.id, row.line, row.due_at) for row in held_rows(watcher)]
-    # Delivered rows of a long-past fan-out, as a wide one leaves them (6 batches of 500).
+    # Delivered rows of a long-past fan-out, as a wide one leaves them (three batches).
     long_ago = utcnow() - TWO_HOURS
     with database.connection_context():
         subscription_id = held_rows(watcher)[0].subscription_id
@@ -180,7 +181,7 @@ def test_a_clock_killed_mid_prune_loses_nothing_and_the_next_clock_finishes(stac
     poll("the first batches pruned", lambda: seeded_left() < SEEDED, seconds=30)
     stack.kill("clock")
     left = seeded_left()
-    assert 0 < left < SEEDED and left % 500 == 0, left  # whole batches, none half done
+    assert 0 < left < SEEDED and left % defaults.PRUNE_BATCH == 0, left  # whole batches, none half done
     assert [(row.id, row.line, row.due_at) for row in held_rows(watcher) if row.event_seq < SEEDED_FROM] == kept
     assert watcher.ok("list_subscriptions") == before
 

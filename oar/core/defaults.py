@@ -153,12 +153,12 @@ INGEST_PAUSE_SECONDS = 0.1
 # Ended subscriptions stay in list_subscriptions this long.
 SUBSCRIPTION_ENDED_LISTED_SECONDS = 3600
 # Pruning what the delivery engine no longer needs (docs/limits.md#retention): the clock
-# prunes this often, PRUNE_BATCH rows per write transaction with PRUNE_PAUSE_SECONDS between
-# them on SQLite. Held rows stay this long after their delivery (or drop); events this long
-# after they happened (a peer's replay after a lost link reaches 7 days back, docs/relays.md).
+# prunes this often, PRUNE_BATCH rows per write transaction (tens of milliseconds) with
+# PRUNE_PAUSE_SECONDS between them on SQLite. Held rows stay HELD_KEEP_SECONDS after their
+# delivery (or drop); events EVENT_KEEP_SECONDS after they happened (a peer's replay after a lost link reaches 7 days back, docs/relays.md).
 PRUNE_EVERY_SECONDS = 300
-PRUNE_BATCH = 500
-PRUNE_PAUSE_SECONDS = 0.1
+PRUNE_BATCH = 2000
+PRUNE_PAUSE_SECONDS = 0.05
 HELD_KEEP_SECONDS = 3600
 EVENT_KEEP_SECONDS = 7 * 86400
 
