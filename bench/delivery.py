@@ -16,7 +16,11 @@ nothing new only costs a job. Figures:
   one transaction), and until every held row is delivered;
 - delivery lag: for each message delivered to a watcher, its `created_at` minus the due time
   of the window it closes (the earliest `due_at` among its rows): how late a delivery comes
-  after its window closed, while the engine keeps ingesting.
+  after its window closed, while the engine keeps ingesting;
+- growth: the database's size after the run, then after the clock's pruning as it runs once
+  the retention times have passed (`oar.watching.pruning`, docs/limits.md#retention; run here
+  with a clock eight days ahead): the file's size and the bytes its pages in use hold (SQLite
+  reuses freed pages; `VACUUM` would give them back to the file system).
 
 Watchers are conversations in a long turn (a running turn seeded into the database), so a
 delivery is queued as their next prompt (docs/events.md#delivery, "a busy watcher gets it queued"): their
@@ -46,7 +50,7 @@ from oar.core.db import database, open_database, write_transaction
 from oar.core.models import HeldEvent, Message, Session, Setting
 from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
-from oar.watching import ingest
+from oar.watching import ingest, pruning
 
 POKE_EVERY = 100
 DEADLINE_SECONDS = 900
@@ -66,6 +70,10 @@ class FanoutFigures:
     written_rows: int
     messages: int
     lag_ms: list[float]
+    size_after_run: tuple[int, int]
+    size_after_prune: tuple[int, int]
+    pruned: dict[str, int]
+    prune_seconds: float
 
 
 def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
@@ -200,13 +208,30 @@ def measure(args: argparse.Namespace) -> FanoutFigures:
                     windows[message_id] = due_at
             created = dict(Message.select(Message.id, Message.created_at).where(Message.id.in_(list(windows))).tuples())
         lags = [(created[m] - due).total_seconds() * 1000 for m, due in windows.items()]  # type: ignore[operator]
+        size_after_run = database_size()
+        progress("pruning as the clock would once the retention times have passed")
+        prune_started = time.monotonic()
+        with database.connection_context():
+            pruned, _complete = pruning.prune(runtime, utcnow() + timedelta(days=8))
+        prune_seconds = time.monotonic() - prune_started
+        size_after_prune = database_size()
         return FanoutFigures(
             sessions=args.sessions, watchers=args.watchers, events=args.events, window_seconds=args.window,
             insert_per_second=args.events / baseline_seconds, measured_insert_seconds=insert_seconds,
             held_seconds=held_seconds, delivered_seconds=delivered_seconds, held_rows=rows, written_rows=written,
             messages=len(windows),
-            lag_ms=lags,
+            lag_ms=lags, size_after_run=size_after_run, size_after_prune=size_after_prune, pruned=pruned,
+            prune_seconds=prune_seconds,
         )
+
+
+def database_size() -> tuple[int, int]:
+    """The SQLite file's size (after a WAL checkpoint) and the bytes of its pages in use."""
+    with database.connection_context():
+        database.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        page_size, pages, free = (database.execute_sql(f"PRAGMA {name}").fetchone()[0]
+                                  for name in ("page_size", "page_count", "freelist_count"))
+    return page_size * pages, page_size * (pages - free)
 
 
 def render(figures: FanoutFigures) -> str:
@@ -225,7 +250,15 @@ def render(figures: FanoutFigures) -> str:
         f"delivered    every held row delivered {figures.delivered_seconds:.1f} s after the first insert, "
         f"in {figures.messages:,} messages",
         report.latency_line(f"delivery lag after the window ({figures.messages:,})", figures.lag_ms),
+        f"database     after the run {mb(figures.size_after_run[0])} file, {mb(figures.size_after_run[1])} in use; "
+        f"after pruning ({figures.prune_seconds:.1f} s: {figures.pruned['held']:,} held rows, "
+        f"{figures.pruned['events']:,} events, {figures.pruned['wakeups']:,} wake-ups) "
+        f"{mb(figures.size_after_prune[0])} file, {mb(figures.size_after_prune[1])} in use",
     ])
+
+
+def mb(size: int) -> str:
+    return f"{size / 1e6:,.1f} MB"
 
 
 def run(argv: Sequence[str]) -> int:

@@ -153,6 +153,15 @@ DELIVERY_LOCK_SECONDS = 30
 INGEST_PAUSE_SECONDS = 0.1
 # Ended subscriptions stay in list_subscriptions this long.
 SUBSCRIPTION_ENDED_LISTED_SECONDS = 3600
+# Pruning what the delivery engine no longer needs (docs/limits.md#retention): the clock
+# prunes this often, PRUNE_BATCH rows per write transaction (tens of milliseconds) with
+# PRUNE_PAUSE_SECONDS between them. Held rows stay HELD_KEEP_SECONDS after their
+# delivery (or drop); events EVENT_KEEP_SECONDS after they happened (a peer's replay after a lost link reaches 7 days back, docs/relays.md).
+PRUNE_EVERY_SECONDS = 300
+PRUNE_BATCH = 2000
+PRUNE_PAUSE_SECONDS = 0.05
+HELD_KEEP_SECONDS = 3600
+EVENT_KEEP_SECONDS = 7 * 86400
 
 # Providers that speak an LLM wire protocol (docs/providers.md#wire-protocols).
 # Connecting to a provider's server, before the request counts as failed (network).

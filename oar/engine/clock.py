@@ -20,6 +20,7 @@ from oar.core.timeutil import utcnow
 from oar.engine.due_timer import DueTimer
 from oar.engine.reconciler import reconcile
 from oar.schedules.schedules import fire_due
+from oar.watching.pruning import prune_if_due
 from oar.watching.sweep import sweep
 
 log = logging.getLogger("oar.clock")
@@ -38,6 +39,7 @@ def tick(runtime: Runtime) -> None:
         swept = sweep(runtime, utcnow())
         if any(swept.values()):
             log.info("deliveries swept: %s", swept)
+        prune_if_due(runtime, utcnow())  # delivered held rows, old events (docs/limits.md#retention)
     finally:
         database.close()
 
