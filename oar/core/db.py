@@ -15,6 +15,7 @@ from typing import Any
 import peewee
 from playhouse.db_url import connect as connect_url
 from playhouse.db_url import parse as parse_url
+from playhouse.pool import PooledSqliteDatabase
 
 from oar.core.config import Config
 
@@ -37,8 +38,19 @@ SQLITE_PRAGMAS = {
 POSTGRES_POOL = {"max_connections": 8, "timeout": 30, "stale_timeout": 300}
 
 
-def open_database(config: Config) -> peewee.Database:
-    """Create the database object for `config` and bind the proxy to it."""
+# SQLite in the web processes: connections kept open between requests, one thread at a time
+# each, instead of opening one (and setting its pragmas) for every request: that was a fifth
+# of a read's time (docs/decisions.md#reads-at-scale). No upper bound, so a request never waits
+# for one, as before; a connection unused for five minutes is closed when next taken.
+SQLITE_POOL = {"max_connections": None, "stale_timeout": 300, "check_same_thread": False}
+
+
+def open_database(config: Config, *, pooled: bool = False) -> peewee.Database:
+    """Create the database object for `config` and bind the proxy to it.
+
+    `pooled`: keep SQLite connections between uses (the web app). Not for processes that
+    fork after using the database (an RQ worker's job process must not inherit them).
+    """
     if config.database_url:
         url = config.database_url
         scheme, sep, rest = url.partition("://")
@@ -50,9 +62,9 @@ def open_database(config: Config) -> peewee.Database:
         db = connect_url(url, autoconnect=True, autorollback=True, **pool)
     else:
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        db = peewee.SqliteDatabase(
-            str(config.sqlite_path), pragmas=SQLITE_PRAGMAS, timeout=30, autoconnect=True
-        )
+        kind = PooledSqliteDatabase if pooled else peewee.SqliteDatabase
+        extra: dict[str, Any] = SQLITE_POOL if pooled else {}
+        db = kind(str(config.sqlite_path), pragmas=SQLITE_PRAGMAS, timeout=30, autoconnect=True, **extra)
     database.initialize(db)
     return db
 

@@ -32,7 +32,7 @@ def create_app(config: Config | None = None) -> Flask:
     # A prompt is at most 100,000 characters; 4 bytes each at most, plus the rest.
     app.config["MAX_CONTENT_LENGTH"] = defaults.MAX_PROMPT_CHARS * 4 + 64 * 1024
     app.json = RelayJSONProvider(app)
-    open_database(config)
+    open_database(config, pooled=True)
     app.extensions["oar"] = Runtime(config)
 
     @app.before_request
