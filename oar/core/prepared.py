@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import peewee
+
 from oar.core.db import database
 
 # A placeholder's text; no real value contains NUL characters (the relay refuses to store them).
@@ -30,6 +32,8 @@ class _Compiled:
     sql: str
     params: tuple[Any, ...]  # the fixed parameters, placeholders among them
     slots: tuple[int, ...]  # for each value given to `rows`, in order, its index in `params`
+    # Turns a row into a model instance (or a tuple); None: peewee's own cursor wrapper does.
+    make: Callable[[tuple[Any, ...]], Any] | None = None
 
 
 class Prepared:
@@ -52,7 +56,9 @@ class Prepared:
         for index, value in zip(compiled.slots, flat, strict=True):
             params[index] = value
         cursor = database.execute_sql(compiled.sql, params)
-        return list(compiled.query._get_cursor_wrapper(cursor))
+        if compiled.make is None:
+            return list(compiled.query._get_cursor_wrapper(cursor))
+        return [compiled.make(row) for row in cursor.fetchall()]
 
     def first(self, *values: Any) -> Any:
         found = self.rows(*values)
@@ -72,10 +78,44 @@ class Prepared:
         wanted = [_SLOT.format(number) for number in range(next(counter))]
         if sorted(where) != sorted(wanted):
             raise ValueError(f"prepared query: placeholders changed by the query ({sql})")
-        compiled = _Compiled(query=query, sql=sql, params=tuple(params), slots=tuple(where[slot] for slot in wanted))
+        compiled = _Compiled(
+            query=query, sql=sql, params=tuple(params), slots=tuple(where[slot] for slot in wanted), make=_maker(query),
+        )
         with self._lock:
             self._compiled[shape] = compiled
         return compiled
+
+
+# Fields whose values come from both databases as Python wants them (str, int): no conversion.
+_AS_STORED = (peewee.CharField, peewee.TextField, peewee.IntegerField, peewee.AutoField)
+
+
+def _maker(query: Any) -> Callable[[tuple[Any, ...]], Any] | None:
+    """A faster row-to-instance step than peewee's cursor wrapper (a third of a read's time), for
+    a query that selects only fields of its model: the instance gets its values as peewee's
+    wrapper would leave them (converted by each field's `python_value`, nothing marked dirty)."""
+    model = query.model
+    fields = list(query._returning)
+    if not all(isinstance(field, peewee.Field) and field.model is model for field in fields):
+        return None
+    names = [field.name for field in fields]
+    converters = [None if type(field) in _AS_STORED else field.python_value for field in fields]
+    if query._row_type == peewee.ROW.TUPLE:
+        if not any(converters):
+            return tuple
+        return lambda row: tuple(v if c is None or v is None else c(v) for v, c in zip(row, converters, strict=True))
+    if query._row_type is not None:
+        return None
+
+    def make(row: tuple[Any, ...]) -> Any:
+        instance = model(__no_default__=1)
+        instance.__data__ = {
+            name: value if convert is None or value is None else convert(value)
+            for name, value, convert in zip(names, row, converters, strict=True)
+        }
+        return instance
+
+    return make
 
 
 def scalars(rows: Sequence[Any]) -> list[Any]:
