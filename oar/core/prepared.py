@@ -22,6 +22,8 @@ import peewee
 
 from oar.core.db import database
 
+# Longer `IN` lists (the owner's page, many sessions at once) are rare: their SQL is not kept.
+KEPT_LIST_LENGTH = 128
 # A placeholder's text; no real value contains NUL characters (the relay refuses to store them).
 _SLOT = "\x00oar-prepared-{}\x00"
 
@@ -39,8 +41,10 @@ class _Compiled:
 class Prepared:
     """A query built by `build(*placeholders)`; `rows(*values)` runs it with those values.
 
-    A value given as a list or tuple stands for an `IN` list: the SQL is built once for each
-    length seen.
+    A value given as a list or tuple stands for an `IN` list (never empty: callers answer an
+    empty list themselves): the SQL is kept for each length seen up to `KEPT_LIST_LENGTH`, and
+    built for each call beyond. Values are bound as given, not through the fields' `db_value`:
+    give them as the column's Python type (str, int, bool, datetime), as peewee would bind them.
     """
 
     def __init__(self, build: Callable[..., Any]) -> None:
@@ -81,8 +85,9 @@ class Prepared:
         compiled = _Compiled(
             query=query, sql=sql, params=tuple(params), slots=tuple(where[slot] for slot in wanted), make=_maker(query),
         )
-        with self._lock:
-            self._compiled[shape] = compiled
+        if all(length is None or length <= KEPT_LIST_LENGTH for length in shape[1:]):
+            with self._lock:
+                self._compiled[shape] = compiled
         return compiled
 
 
