@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,12 +17,13 @@ from oar.core import defaults
 from oar.core.errors import invalid, not_found
 from oar.core.fields import Param
 from oar.core.models import Message, Session
+from oar.core.prepared import Prepared
 from oar.core.shapes import RELAY, SESSION
 from oar.core.statuses import OPEN_TURN, TaskStatus, TurnStatus
 from oar.core.timeutil import iso
 from oar.sessions import groups, sessions
 from oar.sessions import state as session_state
-from oar.turns.turns import badge, clip_reply
+from oar.turns.turns import MESSAGE_COLUMNS, badge, clip_reply
 
 SCOPES = ("active", "recent", "all", "archived")
 
@@ -38,6 +40,42 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         return datetime.fromisoformat(moment), str(session_id)
     except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
         raise invalid("list_sessions: cursor is not one this relay gave out; call without cursor to start over.") from None
+
+
+# The columns list_sessions shows (`sessions.listed`, the cursor, the group field).
+_LISTED_COLUMNS = (
+    Session.id, Session.title, Session.provider, Session.model, Session.cwd, Session.last_activity_at,
+    Session.message_count, Session.created_by_session, Session.created_by_title, Session.may_create_sessions,
+    Session.archived, Session.group,
+)
+# Prepared list_sessions queries by (scope, with a cursor); their SQL built once (oar/core/prepared.py).
+_LISTED: dict[tuple[str, bool], Prepared] = {}
+
+
+def _sessions_query(scope: str, text: str | None, *, cursor: bool) -> Callable[..., Any]:
+    """list_sessions' query: `build([since,] [moment, moment, after_id,] limit)` (`since` for "recent")."""
+
+    def build(*values: Any) -> Any:
+        rest = list(values)
+        query = Session.select(*_LISTED_COLUMNS).where(Session.deleted == False)  # noqa: E712
+        if scope == "archived":
+            query = query.where(Session.archived == True)  # noqa: E712
+        elif scope != "all":
+            query = query.where(Session.archived == False)  # noqa: E712
+        if scope == "active":
+            query = query.where(Session.id.in_(Message.select(Message.session).where(Message.status.in_(OPEN_TURN))))
+        elif scope == "recent":
+            query = query.where(Session.last_activity_at >= rest.pop(0))
+        if text:
+            query = query.where(Session.title.contains(text) | Session.id.startswith(text.lower()))
+        if cursor:
+            moment, same_moment, after_id = rest[:3]
+            query = query.where(
+                (Session.last_activity_at < moment) | ((Session.last_activity_at == same_moment) & (Session.id < after_id))
+            )
+        return query.order_by(Session.last_activity_at.desc(), Session.id.desc()).limit(rest[-1])
+
+    return build
 
 
 @action("list_sessions",
@@ -61,25 +99,20 @@ def list_sessions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Sessions on the relay, most recently active first."""
     scope = args.get("scope", "recent")
     limit = args.get("limit", defaults.LIST_SESSIONS_DEFAULT)
-    query = Session.select().where(Session.deleted == False)  # noqa: E712
-    busy = Message.select(Message.session).where(Message.status.in_(OPEN_TURN))
-    if scope == "archived":
-        query = query.where(Session.archived == True)  # noqa: E712
-    elif scope != "all":
-        query = query.where(Session.archived == False)  # noqa: E712
-    if scope == "active":
-        query = query.where(Session.id.in_(busy))
-    elif scope == "recent":
-        query = query.where(Session.last_activity_at >= ctx.now - timedelta(days=defaults.RECENT_SESSION_DAYS))
-    if args.get("query"):
-        text = args["query"].strip()
-        query = query.where(Session.title.contains(text) | Session.id.startswith(text.lower()))
-    if args.get("cursor"):
-        moment, after_id = decode_cursor(args["cursor"])
-        query = query.where(
-            (Session.last_activity_at < moment) | ((Session.last_activity_at == moment) & (Session.id < after_id))
-        )
-    rows = list(query.order_by(Session.last_activity_at.desc(), Session.id.desc()).limit(limit + 1))
+    since = ctx.now - timedelta(days=defaults.RECENT_SESSION_DAYS)
+    text = args["query"].strip() if args.get("query") else None
+    moment, after_id = decode_cursor(args["cursor"]) if args.get("cursor") else (None, None)
+    values = (
+        *((since,) if scope == "recent" else ()), *((moment, moment, after_id) if moment is not None else ()), limit + 1
+    )
+    if text:  # `contains` rewrites its value, so this query is built each time
+        rows = list(_sessions_query(scope, text, cursor=moment is not None)(*values))
+    else:
+        key = (scope, moment is not None)
+        prepared = _LISTED.get(key)
+        if prepared is None:
+            prepared = _LISTED[key] = Prepared(_sessions_query(scope, None, cursor=moment is not None))
+        rows = prepared.rows(*values)
     more = len(rows) > limit
     rows = rows[:limit]
     result: dict[str, Any] = {
@@ -115,13 +148,14 @@ def read_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     session = sessions.resolve(args["session"], ctx.relay_name)
     last = args.get("last", defaults.READ_SESSION_LAST_DEFAULT)
     budget = args.get("max_chars", defaults.READ_SESSION_MAX_CHARS_DEFAULT)
-    query = Message.select().where(Message.session == session.id)
+    include_activity = args.get("include_activity", False)
     if args.get("before"):
         anchor = Message.get_or_none((Message.id == args["before"]) & (Message.session == session.id))
         if anchor is None:
             raise not_found(f'Session {session.id[:8]} has no message "{args["before"][:64]}".')
-        query = query.where(Message.seq < anchor.seq)
-    newest_first = list(query.order_by(Message.seq.desc()).limit(last + 1))
+        newest_first = (_OLDER_WITH_ACTIVITY if include_activity else _OLDER).rows(session.id, anchor.seq, last + 1)
+    else:
+        newest_first = (_LAST_WITH_ACTIVITY if include_activity else _LAST).rows(session.id, last + 1)
     has_more = len(newest_first) > last
     messages: list[dict[str, Any]] = []
     clipped = False
@@ -133,7 +167,7 @@ def read_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         if len(text) > budget:
             text, clipped = text[: budget - 1] + "…", True
         budget -= len(text)
-        messages.append(_message_entry(message, text, args.get("include_activity", False)))
+        messages.append(_message_entry(message, text, include_activity))
     messages.reverse()
     shown_tasks = task_views.shown_for(ctx.runtime, [session.id], ctx.now).get(session.id, [])
     background = any(task["status"] == TaskStatus.RUNNING for task in shown_tasks)
@@ -153,6 +187,30 @@ def read_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     if clipped:
         result["note"] = "Some text was left out to stay within max_chars; raise max_chars or read with before."
     return result
+
+
+# The columns a message entry shows (`_message_entry`, `badge`); `activities` only when asked
+# for. The SQL of these reads is built once (oar/core/prepared.py).
+_SHOWN = (
+    Message.seq, Message.id, Message.role, Message.text, Message.created_at, Message.status, Message.error,
+    Message.model, *(getattr(Message, column) for column in MESSAGE_COLUMNS.values()),
+)
+
+
+def _newest(*columns: Any, before: bool) -> Prepared:
+    def build(session_id: Any, *rest: Any) -> Any:
+        query = Message.select(*columns).where(Message.session == session_id)
+        if before:
+            query = query.where(Message.seq < rest[0])
+        return query.order_by(Message.seq.desc()).limit(rest[-1])
+
+    return Prepared(build)
+
+
+_LAST = _newest(*_SHOWN, before=False)
+_LAST_WITH_ACTIVITY = _newest(*_SHOWN, Message.activities, before=False)
+_OLDER = _newest(*_SHOWN, before=True)
+_OLDER_WITH_ACTIVITY = _newest(*_SHOWN, Message.activities, before=True)
 
 
 def _message_entry(message: Message, text: str, include_activity: bool) -> dict[str, Any]:

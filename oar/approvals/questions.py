@@ -19,6 +19,7 @@ from oar.core import events, ids, jobs, keys
 from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid, not_found
 from oar.core.models import Message, Question, Session
+from oar.core.prepared import Prepared
 from oar.core.runtime import Runtime
 from oar.core.signals import publish
 from oar.core.statuses import QuestionStatus, TurnStatus
@@ -46,8 +47,15 @@ def shape(question: Question) -> dict[str, Any]:
 
 def pending_in_session(session_id: str) -> list[dict[str, Any]]:
     """Every pending question shown in the session: its own cards and asks about it."""
-    rows = Question.select().where((Question.session == session_id) & (Question.status == QuestionStatus.PENDING))
-    return [shape(row) for row in rows.order_by(Question.created_at)]
+    return [shape(row) for row in _PENDING_IN_SESSION.rows(session_id)]
+
+
+# Read by every read_session: its SQL built once (oar/core/prepared.py).
+_PENDING_IN_SESSION = Prepared(
+    lambda session_id: Question.select()
+    .where((Question.session == session_id) & (Question.status == QuestionStatus.PENDING))
+    .order_by(Question.created_at)
+)
 
 
 def pending_of_turn(turn_id: str) -> list[dict[str, Any]]:

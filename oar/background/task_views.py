@@ -11,6 +11,7 @@ from typing import Any
 
 from oar.background import output_files, task_output
 from oar.core.models import Task
+from oar.core.prepared import Prepared
 from oar.core.runtime import Runtime
 from oar.core.statuses import TaskStatus
 from oar.core.timeutil import iso
@@ -28,6 +29,14 @@ def is_readable(task: Task, runtime: Runtime, now: datetime) -> bool:
     return until is None or now < until
 
 
+# Read by every list_sessions and read_session: its SQL built once (oar/core/prepared.py).
+_SHOWN = Prepared(
+    lambda session_ids, keep_since: Task.select()
+    .where(Task.session.in_(session_ids) & ((Task.status == TaskStatus.RUNNING) | (Task.ended_at >= keep_since)))
+    .order_by(Task.started_at.desc())
+)
+
+
 def shown_for(runtime: Runtime, session_ids: Iterable[str], now: datetime) -> dict[str, list[dict[str, Any]]]:
     """Tasks as `list_sessions`/`read_session` show them: running ones and those ended within
     the hour their output stays readable, newest first."""
@@ -35,11 +44,7 @@ def shown_for(runtime: Runtime, session_ids: Iterable[str], now: datetime) -> di
     if not session_ids:
         return {}
     keep_since = now - timedelta(seconds=runtime.time("TASK_OUTPUT_KEEP_SECONDS"))
-    rows = (
-        Task.select()
-        .where(Task.session.in_(session_ids) & ((Task.status == TaskStatus.RUNNING) | (Task.ended_at >= keep_since)))
-        .order_by(Task.started_at.desc())
-    )
+    rows = _SHOWN.rows(session_ids, keep_since)
     quiet_after = None
     shown: dict[str, list[dict[str, Any]]] = {}
     for task in rows:

@@ -37,6 +37,7 @@ class Runtime:
         self._redis: redis.Redis | None = None
         self._hub: WakeHub | None = None
         self._lock = threading.Lock()
+        self._settings = settings.Cached(config)
 
     @property
     def redis(self) -> redis.Redis:
@@ -61,7 +62,7 @@ class Runtime:
         return self.config.time(name)
 
     def settings(self) -> dict[str, Any]:
-        return settings.load(self.config)
+        return self._settings.get()
 
     def relay_name(self) -> str:
         return self.settings()["relay_name"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -10,10 +12,11 @@ from peewee import EXCLUDED
 
 from oar.core import defaults
 from oar.core.config import Config
-from oar.core.db import write_transaction
+from oar.core.db import database, write_transaction
 from oar.core.errors import invalid
 from oar.core.fields import Param
 from oar.core.models import Setting
+from oar.core.prepared import Prepared
 
 OWNER_TOKEN_HASH_KEY = "owner_token_hash"
 
@@ -131,6 +134,39 @@ def load(config: Config) -> dict[str, Any]:
     return values
 
 
+# A new random value on every change of the owner settings, written in the same transaction
+# (`_upsert`): a process keeps the settings it read until the stored version differs
+# (docs/decisions.md#reads-at-scale).
+VERSION_KEY = "settings_version"
+_VERSION = Prepared(lambda key: Setting.select(Setting.value).where(Setting.key == key).tuples())
+
+
+class Cached:
+    """One process's copy of the owner settings, read again when their version changed.
+
+    Each `get` asks the database for the version only (one indexed row), so a change made by
+    any process is seen by the next call of every other.
+    """
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._lock = threading.Lock()
+        # (database, version, settings) of the last load; the database too, since a process
+        # (a test) may open another one.
+        self._last: tuple[object, Any, dict[str, Any]] | None = None
+
+    def get(self) -> dict[str, Any]:
+        found = _VERSION.rows(VERSION_KEY)
+        version = found[0][0] if found else None
+        last = self._last
+        if last is None or last[0] is not database.obj or last[1] != version:
+            last = (database.obj, version, load(self.config))
+            with self._lock:
+                self._last = last
+        # A copy: a caller may change what it got without changing the next caller's.
+        return {key: list(value) if isinstance(value, list) else value for key, value in last[2].items()}
+
+
 def update(config: Config, changes: Mapping[str, Any]) -> dict[str, Any]:
     """Validate every change first, then write them all in one transaction."""
     if not isinstance(changes, Mapping) or not changes:
@@ -159,7 +195,8 @@ def set_value(key: str, value: Any) -> None:
 
 
 def _upsert(key: str, value: Any) -> None:
-    """Insert or update one setting (works on SQLite and PostgreSQL alike)."""
-    Setting.insert(key=key, value=value).on_conflict(
-        conflict_target=[Setting.key], update={Setting.value: EXCLUDED.value}
-    ).execute()
+    """Insert or update one setting (works on SQLite and PostgreSQL alike), and its version."""
+    for name, stored in ((key, value), (VERSION_KEY, secrets.token_hex(8))):
+        Setting.insert(key=name, value=stored).on_conflict(
+            conflict_target=[Setting.key], update={Setting.value: EXCLUDED.value}
+        ).execute()

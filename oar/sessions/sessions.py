@@ -7,17 +7,29 @@ from typing import Any
 from oar.core import defaults, ids
 from oar.core.errors import not_found
 from oar.core.models import AgentToken, Session
+from oar.core.prepared import Prepared
 from oar.core.timeutil import iso, utcnow
 from oar.sessions import groups
 from oar.sessions.state import background_session_ids, busy_session_ids, state_of
 
 MODES = ("agent", "ask", "plan")
 
+# Every relay_tool call starts here: one indexed look-up, its SQL built once (oar/core/prepared.py).
+_BY_TOKEN = Prepared(
+    lambda token_hash: Session.select()
+    .join(AgentToken)
+    .where((AgentToken.token_hash == token_hash) & (Session.deleted == False))  # noqa: E712
+    .limit(1)
+)
+_BY_ID = Prepared(
+    lambda session_id: Session.select().where((Session.id == session_id) & (Session.deleted == False)).limit(1)  # noqa: E712
+)
+
 
 def resolve(reference: str, relay_name: str, nothing: str = "") -> Session:
     """A non-deleted session by full id or by a unique prefix of at least 8 characters."""
     reference = (reference or "").strip()
-    session = Session.get_or_none((Session.id == reference) & (Session.deleted == False))  # noqa: E712
+    session = _BY_ID.first(reference)
     if session is None and len(reference) >= defaults.SHORT_ID_CHARS:
         matches = list(
             Session.select()
@@ -94,13 +106,9 @@ def revoke_tokens(session: Session) -> int:
 
 
 def session_by_token(token: str) -> Session | None:
-    row = (
-        AgentToken.select(AgentToken, Session)
-        .join(Session)
-        .where((AgentToken.token_hash == ids.hash_token(token)) & (Session.deleted == False))  # noqa: E712
-        .first()
-    )
-    return row.session if row else None
+    """The session a (not revoked) agent token belongs to; asked of the database on every call,
+    so that a revoked token's next call is refused in every process (docs/decisions.md#reads-at-scale)."""
+    return _BY_TOKEN.first(ids.hash_token(token))
 
 
 def title_from(text: str) -> str:

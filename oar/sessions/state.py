@@ -5,7 +5,22 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from oar.core.models import Message, Session, Task
+from oar.core.prepared import Prepared, scalars
 from oar.core.statuses import OPEN_TURN, SessionState, TaskStatus
+
+# Asked on every list_sessions and read_session: their SQL built once (oar/core/prepared.py).
+_BUSY = Prepared(
+    lambda session_ids: Message.select(Message.session)
+    .where(Message.session.in_(session_ids) & Message.status.in_(OPEN_TURN))
+    .distinct()
+    .tuples()
+)
+_BACKGROUND = Prepared(
+    lambda session_ids: Task.select(Task.session)
+    .where(Task.session.in_(session_ids) & (Task.status == TaskStatus.RUNNING))
+    .distinct()
+    .tuples()
+)
 
 
 def busy_session_ids(session_ids: Iterable[str]) -> set[str]:
@@ -13,12 +28,7 @@ def busy_session_ids(session_ids: Iterable[str]) -> set[str]:
     session_ids = list(session_ids)
     if not session_ids:
         return set()
-    query = (
-        Message.select(Message.session)
-        .where(Message.session.in_(session_ids) & Message.status.in_(OPEN_TURN))
-        .distinct()
-    )
-    return set(query.scalars())
+    return set(scalars(_BUSY.rows(session_ids)))
 
 
 def is_busy(session: Session) -> bool:
@@ -30,9 +40,7 @@ def background_session_ids(session_ids: Iterable[str]) -> set[str]:
     session_ids = list(session_ids)
     if not session_ids:
         return set()
-    running = Task.session.in_(session_ids) & (Task.status == TaskStatus.RUNNING)
-    query = Task.select(Task.session).where(running).distinct()
-    return set(query.scalars())
+    return set(scalars(_BACKGROUND.rows(session_ids)))
 
 
 def state_of(session: Session, busy: bool, background: bool | None = None) -> SessionState:

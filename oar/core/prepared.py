@@ -1,0 +1,129 @@
+"""Hot-path queries whose SQL text is built once per process (docs/benchmarks.md#reading-them).
+
+Building SQL text is most of what a peewee query costs on the read path: the query tree is
+walked column by column on every call, for a statement that is the same every time but for
+its parameters. A `Prepared` query is written with peewee as usual, once, with a placeholder
+for every value that changes; its SQL text (for the database in use, SQLite or PostgreSQL) and
+the positions of those placeholders among its parameters are kept, and each call only binds
+new values and turns the rows into model instances the way peewee does.
+
+Only plain comparisons and `IN` lists may take placeholders: an operator that rewrites its
+value (`startswith`, `contains`) would hide the placeholder, and building refuses then.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import peewee
+
+from oar.core.db import database
+
+# Longer `IN` lists (the owner's page, many sessions at once) are rare: their SQL is not kept.
+KEPT_LIST_LENGTH = 128
+# A placeholder's text; no real value contains NUL characters (the relay refuses to store them).
+_SLOT = "\x00oar-prepared-{}\x00"
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    query: Any  # the peewee query the SQL came from: it turns rows into model instances
+    sql: str
+    params: tuple[Any, ...]  # the fixed parameters, placeholders among them
+    slots: tuple[int, ...]  # for each value given to `rows`, in order, its index in `params`
+    # Turns a row into a model instance (or a tuple); None: peewee's own cursor wrapper does.
+    make: Callable[[tuple[Any, ...]], Any] | None = None
+
+
+class Prepared:
+    """A query built by `build(*placeholders)`; `rows(*values)` runs it with those values.
+
+    A value given as a list or tuple stands for an `IN` list (never empty: callers answer an
+    empty list themselves): the SQL is kept for each length seen up to `KEPT_LIST_LENGTH`, and
+    built for each call beyond. Values are bound as given, not through the fields' `db_value`:
+    give them as the column's Python type (str, int, bool, datetime), as peewee would bind them.
+    """
+
+    def __init__(self, build: Callable[..., Any]) -> None:
+        self._build = build
+        self._compiled: dict[tuple[Any, ...], _Compiled] = {}
+        self._lock = threading.Lock()
+
+    def rows(self, *values: Any) -> list[Any]:
+        shape = (type(database.obj), *(len(v) if isinstance(v, (list, tuple)) else None for v in values))
+        compiled = self._compiled.get(shape) or self._compile(shape)
+        params = list(compiled.params)
+        flat = [item for value in values for item in (value if isinstance(value, (list, tuple)) else (value,))]
+        for index, value in zip(compiled.slots, flat, strict=True):
+            params[index] = value
+        cursor = database.execute_sql(compiled.sql, params)
+        if compiled.make is None:
+            return list(compiled.query._get_cursor_wrapper(cursor))
+        return [compiled.make(row) for row in cursor.fetchall()]
+
+    def first(self, *values: Any) -> Any:
+        found = self.rows(*values)
+        return found[0] if found else None
+
+    def _compile(self, shape: tuple[Any, ...]) -> _Compiled:
+        counter = iter(range(1_000_000))
+        placeholders: list[Any] = []
+        for length in shape[1:]:
+            if length is None:
+                placeholders.append(_SLOT.format(next(counter)))
+            else:
+                placeholders.append([_SLOT.format(next(counter)) for _ in range(length)])
+        query = self._build(*placeholders)
+        sql, params = query.sql()
+        where = {value: index for index, value in enumerate(params) if isinstance(value, str) and value.startswith("\x00")}
+        wanted = [_SLOT.format(number) for number in range(next(counter))]
+        if sorted(where) != sorted(wanted):
+            raise ValueError(f"prepared query: placeholders changed by the query ({sql})")
+        compiled = _Compiled(
+            query=query, sql=sql, params=tuple(params), slots=tuple(where[slot] for slot in wanted), make=_maker(query),
+        )
+        if all(length is None or length <= KEPT_LIST_LENGTH for length in shape[1:]):
+            with self._lock:
+                self._compiled[shape] = compiled
+        return compiled
+
+
+# Fields whose values come from both databases as Python wants them (str, int): no conversion.
+_AS_STORED = (peewee.CharField, peewee.TextField, peewee.IntegerField, peewee.AutoField)
+
+
+def _maker(query: Any) -> Callable[[tuple[Any, ...]], Any] | None:
+    """A faster row-to-instance step than peewee's cursor wrapper (a third of a read's time), for
+    a query that selects only fields of its model: the instance gets its values as peewee's
+    wrapper would leave them (converted by each field's `python_value`, nothing marked dirty)."""
+    model = query.model
+    fields = list(query._returning)
+    if not all(isinstance(field, peewee.Field) and field.model is model for field in fields):
+        return None
+    names = [field.name for field in fields]
+    converters = [None if type(field) in _AS_STORED else field.python_value for field in fields]
+    if query._row_type == peewee.ROW.TUPLE:
+        if not any(converters):
+            return tuple
+        return lambda row: tuple(v if c is None or v is None else c(v) for v, c in zip(row, converters, strict=True))
+    if query._row_type is not None:
+        return None
+
+    def make(row: tuple[Any, ...]) -> Any:
+        instance = model(__no_default__=1)
+        instance.__data__ = {
+            name: value if convert is None or value is None else convert(value)
+            for name, value, convert in zip(names, row, converters, strict=True)
+        }
+        return instance
+
+    return make
+
+
+def scalars(rows: Sequence[Any]) -> list[Any]:
+    """The first column of rows selected with `.tuples()`."""
+    return [row[0] for row in rows]
+
