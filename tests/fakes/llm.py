@@ -8,7 +8,8 @@ text `hello-old` is in the request), `#429` (rate limited once, retry-after 0),
 `#429always`, `#401` (quotes the key back), `#500` (a server error echoing the key), `#html`, `#drop` (connection dropped
 mid-stream), `#cut` (stream ends mid-event), `#stall` (sends a little, then only
 keep-alives), `#silent` (sends a little, then not a byte),
-`#think` (reasoning first), `#long <n>` (n one-token deltas, for the benchmark), `#tool {json}` (calls relay_tool with that JSON, then answers
+`#think` (reasoning first), `#long <n>` (n one-token deltas, for the benchmark; sent at
+`tokens_per_second` when that is set, else as fast as the socket takes them), `#tool {json}` (calls relay_tool with that JSON, then answers
 with the tool's result). Anything else: `fake: <prompt>`.
 """
 
@@ -39,8 +40,10 @@ class Plan:
 
 
 class FakeLLM:
-    def __init__(self, api_key: str = "sk-fake-test-key-0123456789") -> None:
+    def __init__(self, api_key: str = "sk-fake-test-key-0123456789", tokens_per_second: float = 0.0) -> None:
         self.api_key = api_key
+        # The pace of `#long` replies, one event per token; 0: as fast as possible.
+        self.tokens_per_second = tokens_per_second
         self.requests: list[dict[str, Any]] = []
         self.counts: dict[str, int] = {}
         # time.time() when the last byte of the answer to a prompt was handed to the server.
@@ -127,7 +130,10 @@ class FakeLLM:
             return Response("<html><body>Welcome to nginx</body></html>", content_type="text/html")
         plan = self._plan(prompt, continued, tool_result, budget)
         writer = {"chat": chat_stream, "responses": responses_stream, "anthropic": anthropic_stream}[protocol]
-        return Response(self._ending(writer(plan), plan, prompt), content_type="text/event-stream")
+        events = writer(plan)
+        if "#long" in prompt and self.tokens_per_second > 0:
+            events = paced(events, self.tokens_per_second)
+        return Response(self._ending(events, plan, prompt), content_type="text/event-stream")
 
     def _plan(self, prompt: str, continued: bool, tool_result: str | None, budget: int) -> Plan:
         if "#cap" in prompt:
@@ -197,6 +203,17 @@ class FakeLLM:
                 elif block["type"] == "tool_result":
                     tools.append(block["content"])
         return texts, tools[-1] if tools else None
+
+
+def paced(events: Iterator[str], per_second: float) -> Iterator[str]:
+    """`events` at `per_second`, each due at a fixed time from the start so that a late one
+    (a busy machine) is followed at once by the next, not by a whole interval: the rate holds."""
+    started = time.monotonic()
+    for number, event in enumerate(events):
+        delay = started + number / per_second - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        yield event
 
 
 def sse(data: Any, event: str | None = None) -> str:
