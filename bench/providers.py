@@ -192,7 +192,7 @@ def wait_until_done(
             next_sample = time.monotonic() + RSS_SAMPLE_SECONDS
         with database.connection_context():
             rows = list(Message.select(Message.id, Message.status, Message.completed_at).where(Message.id.in_(message_ids)))
-        settled = {row.id: (row.status, row.completed_at.replace(tzinfo=UTC).timestamp()) for row in rows if row.completed_at}
+        settled = {row.id: (str(row.status), row.completed_at.replace(tzinfo=UTC).timestamp()) for row in rows if row.completed_at}
         if len(settled) == len(message_ids):
             return settled
         if time.monotonic() > deadline:

@@ -14,6 +14,7 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -269,14 +270,20 @@ def execute(runtime: Runtime, turn: Message) -> None:
 
 
 class PartialWriter:
-    """Collects the streamed reply and writes it to the database at most every `interval` s."""
+    """Collects the streamed reply and writes it to the database at most every `interval` s.
 
-    def __init__(self, turn_id: str, interval: float) -> None:
+    A write rewrites the whole partial text, so its cost grows with the reply: the interval,
+    not the token rate, bounds the writes per second (docs/benchmarks.md#provider-streaming).
+    The first text is written at once; the final text is written by `finish`, at once too.
+    """
+
+    def __init__(self, turn_id: str, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.turn_id = turn_id
         self.interval = interval
+        self.clock = clock
         self.parts: list[str] = []
         self.activities: list[str] = []
-        self.last_write = 0.0
+        self.last_write: float | None = None
 
     @property
     def text(self) -> str:
@@ -291,8 +298,8 @@ class PartialWriter:
         self._maybe_write(force=True)
 
     def _maybe_write(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if force or now - self.last_write >= self.interval:
+        now = self.clock()
+        if force or self.last_write is None or now - self.last_write >= self.interval:
             Message.update(partial_text=self.text, activities=self.activities[-20:]).where(
                 Message.id == self.turn_id
             ).execute()

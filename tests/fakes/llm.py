@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flask import Flask, Response, request
-from werkzeug.serving import make_server
+from werkzeug.serving import WSGIRequestHandler, make_server
 
 CONTINUATION_START = "Your previous answer was cut off"
 CAP = 4096
@@ -39,6 +39,16 @@ class Plan:
     ending: str = "done"  # done | cut | drop | stall | silent
 
 
+class WholeChunkHandler(WSGIRequestHandler):
+    """Sends each chunk of a streamed answer in one write, as API servers do.
+
+    werkzeug's handler writes a chunk's size line, data and end unbuffered (four sends, often
+    two TCP segments); it flushes after each chunk, so a buffered writer sends one each.
+    """
+
+    wbufsize = -1
+
+
 class FakeLLM:
     def __init__(self, api_key: str = "sk-fake-test-key-0123456789", tokens_per_second: float = 0.0) -> None:
         self.api_key = api_key
@@ -51,7 +61,7 @@ class FakeLLM:
         self.release = threading.Event()
         self.lock = threading.Lock()
         self.app = self._make_app()
-        self.server = make_server("127.0.0.1", 0, self.app, threaded=True)
+        self.server = make_server("127.0.0.1", 0, self.app, threaded=True, request_handler=WholeChunkHandler)
         self.base_url = f"http://127.0.0.1:{self.server.server_port}/v1"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
