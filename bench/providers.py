@@ -8,7 +8,8 @@ last byte of the stream (`time.time()`) to the relay stamping the turn `done`
 tokens per second, from the first prompt to the last reply); the worker processes' CPU time
 per 1,000 streamed tokens; the memory (RSS) of all relay processes idle and at the peak of
 the load. `--ramp` then raises the per-stream rate, doubling it, until the relay no longer
-keeps up (p99 overhead above 50 ms, or less than 95 % of the offered tokens/s arriving).
+keeps up (p99 overhead above 50 ms, or a stream taking 10 % longer than its rate says: the
+relay's reads held the fake back).
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ from oar.core.models import Message
 from tests.fakes.llm import FakeLLM
 
 SETTLE_SECONDS = 600
-# What "keeps up" means for --ramp: the goal of the benchmark issue, and the share of the
-# offered tokens/s that must arrive.
+# What "keeps up" means for --ramp: the goal of the benchmark issue, and how much longer than
+# its rate says a stream may take (socket buffers full: the relay reads slower than it is sent).
 RAMP_P99_MS = 50.0
-RAMP_DELIVERED = 0.95
+RAMP_STRETCH = 1.10
 RAMP_LIMIT = 12_800  # tokens/s per stream the ramp stops at, kept up or not
 RSS_SAMPLE_SECONDS = 1.0
 
@@ -49,6 +50,8 @@ class Round:
     tokens: int
     rate: float  # tokens/s per stream the fake sent at; 0: as fast as possible
     overhead_ms: list[float]
+    stretch: list[float]  # each stream's time from first to last byte ÷ what its rate says
+    sent_per_second: float  # tokens/s the fake sent, from its first byte to its last, all streams
     wall: float
     worker_cpu: float  # seconds of CPU of the worker process tree during the round
     web_cpu: float
@@ -67,8 +70,7 @@ class Round:
         return self.worker_cpu / self.streamed * 1000 * 1000
 
     def kept_up(self) -> bool:
-        offered = self.sessions * self.rate
-        return report.percentile(self.overhead_ms, 0.99) <= RAMP_P99_MS and self.tokens_per_second >= RAMP_DELIVERED * offered
+        return report.percentile(self.overhead_ms, 0.99) <= RAMP_P99_MS and max(self.stretch) <= RAMP_STRETCH
 
 
 def run(argv: Sequence[str]) -> int:
@@ -115,7 +117,8 @@ def round_lines(result: Round) -> list[str]:
     return [
         report.latency_line(f"relay overhead per turn ({result.sessions} turns)", result.overhead_ms),
         f"throughput   {result.sessions / result.wall:.1f} turns/s, {result.tokens_per_second:,.0f} "
-        f"tokens/s ({result.wall:.1f} s for all)",
+        f"tokens/s ({result.wall:.1f} s from the first prompt to the last reply; the fake sent "
+        f"{result.sent_per_second:,.0f} tokens/s from its first byte to its last)",
         f"relay CPU    worker processes {result.cpu_ms_per_1000:.1f} ms per 1,000 tokens "
         f"({result.worker_cpu:.2f} s for {result.streamed:,}); web {result.web_cpu:.2f} s",
     ]
@@ -124,7 +127,7 @@ def round_lines(result: Round) -> list[str]:
 def ramp(owner: Owner, fake: FakeLLM, data_dir: Path, pids: dict[str, int], args: argparse.Namespace) -> list[str]:
     """Double the per-stream rate from 200 tokens/s until a round does not keep up."""
     lines = [f"ramp         {args.sessions} streams, each round {args.ramp_seconds:g} s of tokens; kept up: "
-             f"p99 ≤ {RAMP_P99_MS:g} ms and ≥ {RAMP_DELIVERED:.0%} of the offered tokens/s arriving"]
+             f"p99 overhead ≤ {RAMP_P99_MS:g} ms and no stream {RAMP_STRETCH - 1:.0%} longer than its rate says"]
     best = None
     rate = max(200.0, args.tokens_per_second * 2)
     while rate <= RAMP_LIMIT:
@@ -134,7 +137,8 @@ def ramp(owner: Owner, fake: FakeLLM, data_dir: Path, pids: dict[str, int], args
         result = one_round(owner, fake, data_dir, pids, args.sessions, tokens, f"ramp{rate:g}")
         kept = result.kept_up()
         lines.append(
-            f"  {rate:>6g}/s per stream, offered {args.sessions * rate:>9,.0f}/s: arrived {result.tokens_per_second:>9,.0f}/s, "
+            f"  {rate:>6g}/s per stream, offered {args.sessions * rate:>7,.0f}/s: sent {result.sent_per_second:>7,.0f}/s "
+            f"(longest stream × {max(result.stretch):.2f}), "
             f"overhead p50 {report.percentile(result.overhead_ms, 0.5):7.2f} ms p99 {report.percentile(result.overhead_ms, 0.99):8.2f} ms, "
             f"worker CPU {result.cpu_ms_per_1000:.1f} ms/1,000 tokens {'kept up' if kept else 'FELL BEHIND'}"
         )
@@ -143,7 +147,7 @@ def ramp(owner: Owner, fake: FakeLLM, data_dir: Path, pids: dict[str, int], args
         best = result
         rate *= 2
     if best is not None:
-        lines.append(f"highest sustained aggregate: {best.tokens_per_second:,.0f} tokens/s ({best.sessions} × {best.rate:g}/s)")
+        lines.append(f"highest sustained aggregate: {best.sent_per_second:,.0f} tokens/s ({best.sessions} × {best.rate:g}/s)")
     return lines
 
 
@@ -172,6 +176,11 @@ def one_round(
     return Round(
         sessions=sessions, tokens=tokens, rate=fake.tokens_per_second,
         overhead_ms=[(completed[mid][1] - fake.last_byte[text]) * 1000 for mid, text in by_message.items()],
+        stretch=[
+            (fake.last_byte[text] - fake.first_byte[text]) * fake.tokens_per_second / tokens if fake.tokens_per_second else 1.0
+            for text in prompts
+        ],
+        sent_per_second=sessions * tokens / (max(fake.last_byte[t] for t in prompts) - min(fake.first_byte[t] for t in prompts)),
         wall=max(stamp for _, stamp in completed.values()) - started,
         worker_cpu=after["worker"].cpu_seconds - before["worker"].cpu_seconds,
         web_cpu=after["web"].cpu_seconds - before["web"].cpu_seconds,

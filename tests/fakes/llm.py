@@ -56,7 +56,8 @@ class FakeLLM:
         self.tokens_per_second = tokens_per_second
         self.requests: list[dict[str, Any]] = []
         self.counts: dict[str, int] = {}
-        # time.time() when the last byte of the answer to a prompt was handed to the server.
+        # time.time() when the first and the last byte of the answer to a prompt were handed to the server.
+        self.first_byte: dict[str, float] = {}
         self.last_byte: dict[str, float] = {}
         self.release = threading.Event()
         self.lock = threading.Lock()
@@ -179,6 +180,7 @@ class FakeLLM:
         return Plan(text=[word + " " for word in words[:-1]] + [words[-1]])
 
     def _ending(self, events: Iterator[str], plan: Plan, prompt: str) -> Iterator[str]:
+        self.first_byte[prompt] = time.time()
         yield from events
         self.last_byte[prompt] = time.time()
         if plan.ending == "stall":  # alive (keep-alive comments) but never finishing
