@@ -9,13 +9,14 @@ locked" halfway through.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import peewee
 from playhouse.db_url import connect as connect_url
 from playhouse.db_url import parse as parse_url
-from playhouse.pool import MaxConnectionsExceeded
+from playhouse.pool import MaxConnectionsExceeded, PooledSqliteDatabase
 
 from oar.core.config import Config
 from oar.core.logs import hide_sql_parameters
@@ -36,6 +37,9 @@ SQLITE_PRAGMAS = {
 # the default process group (4 web + 2 worker processes + the clock) under PostgreSQL's
 # default limit of 100 connections.
 POSTGRES_POOL = {"max_connections": 8, "timeout": 30, "stale_timeout": 300}
+# SQLite: the same discipline, more connections (they cost a file handle and their page
+# cache, no server slot). `timeout` is the wait for a free one: the busy timeout.
+SQLITE_POOL = {"max_connections": 16, "stale_timeout": 300}
 
 
 def open_database(config: Config) -> peewee.Database:
@@ -53,13 +57,30 @@ def open_database(config: Config) -> peewee.Database:
     else:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         busy = config.time("SQLITE_BUSY_SECONDS")
-        db = peewee.SqliteDatabase(
+        # Pooled like PostgreSQL's: a thread gives its connection back after each use (see
+        # POSTGRES_POOL), and opening an SQLite connection costs about 1 ms of CPU (the file,
+        # the pragmas, parsing the schema on its first query): more than the write itself.
+        db = PooledSqliteDatabase(
             str(config.sqlite_path),
             # busy_timeout (ms): a writer waits for the lock instead of failing at once.
-            pragmas={**SQLITE_PRAGMAS, "busy_timeout": int(busy * 1000)}, timeout=busy, autoconnect=True,
+            pragmas={**SQLITE_PRAGMAS, "busy_timeout": int(busy * 1000)}, autoconnect=True,
+            check_same_thread=False, **SQLITE_POOL, timeout=busy,
         )
     database.initialize(db)
     return db
+
+
+def _forget_pooled_connections() -> None:
+    """In a forked child: drop the parent's pooled SQLite connections unclosed (an SQLite
+    connection must not cross a fork; closing it here could touch the parent's locks)."""
+    db = database.obj
+    if isinstance(db, PooledSqliteDatabase):
+        db._connections = []
+        db._in_use = {}
+        db._state.reset()
+
+
+os.register_at_fork(after_in_child=_forget_pooled_connections)
 
 
 def is_busy(error: BaseException) -> bool:
