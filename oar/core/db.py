@@ -38,8 +38,11 @@ SQLITE_PRAGMAS = {
 # default limit of 100 connections.
 POSTGRES_POOL = {"max_connections": 8, "timeout": 30, "stale_timeout": 300}
 # SQLite: the same discipline, more connections (they cost a file handle and their page
-# cache, no server slot). `timeout` is the wait for a free one: the busy timeout.
-SQLITE_POOL = {"max_connections": 16, "stale_timeout": 300}
+# cache, no server slot): a worker process runs up to 32 turns, each with a watcher thread,
+# and a thread waiting for the write lock holds its connection meanwhile; 16 made turns
+# wait for connections (docs/benchmarks.md#provider-streaming). `timeout` is the wait for a
+# free one: the busy timeout.
+SQLITE_POOL = {"max_connections": 64, "stale_timeout": 300}
 
 
 def open_database(config: Config) -> peewee.Database:
