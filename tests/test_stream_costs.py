@@ -69,3 +69,22 @@ def test_a_stream_is_stopped_by_its_stop_flag_without_a_watcher_thread() -> None
     finally:
         http.close()
         fake.stop()
+
+
+def test_a_forked_child_opens_its_own_sqlite_connection(tmp_path: Path) -> None:
+    """Connections are pooled (docs/operations.md#durability-and-recovery); one must not cross a fork."""
+    import os
+
+    open_database(Config(data_dir=tmp_path))
+    migrate()
+    with database.connection_context():
+        parent = id(database.connection())
+    child = os.fork()
+    if child == 0:  # the child: exit 0 only if it got a connection of its own
+        with database.connection_context():
+            mine = id(database.connection())
+            Session.select().count()
+        os._exit(0 if mine != parent else 1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the child reused the parent's pooled connection"
+    database.close()

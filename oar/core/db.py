@@ -73,11 +73,17 @@ def open_database(config: Config) -> peewee.Database:
     return db
 
 
+# The parent's connections a forked child inherited, kept referenced so that they are never
+# closed (or freed, which closes them) in the child.
+_inherited: list[Any] = []
+
+
 def _forget_pooled_connections() -> None:
-    """In a forked child: drop the parent's pooled SQLite connections unclosed (an SQLite
+    """In a forked child: set the parent's pooled SQLite connections aside unclosed (an SQLite
     connection must not cross a fork; closing it here could touch the parent's locks)."""
     db = database.obj
     if isinstance(db, PooledSqliteDatabase):
+        _inherited.append((db._connections, db._in_use, db._state.conn))
         db._connections = []
         db._in_use = {}
         db._state.reset()
