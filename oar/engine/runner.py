@@ -51,6 +51,9 @@ from oar.turns import external
 
 log = logging.getLogger(__name__)
 
+# How long a finished turn waits, after recording its outcome, for its watcher thread to exit.
+WATCHER_EXIT_SECONDS = 5
+
 
 def run_turns(runtime: Runtime, session_id: str) -> int:
     """Run the session's queued turns in order until none is left; returns how many ran."""
@@ -149,11 +152,18 @@ class TurnWatcher(threading.Thread):
     def resume(self) -> None:
         self.deadline += time.monotonic() - self._paused_at
 
-    def finish(self) -> None:
-        """End the watch at once: the thread may be blocked waiting for a stop signal."""
+    def finish(self) -> tuple[bool, bool]:
+        """End the watch at once (the thread may be blocked waiting for a stop signal); returns
+        (stopped, timed_out) as they are now.
+
+        It does not wait for the thread to exit: the thread may be in a database check or waiting
+        for a core, and that wait would come between the stream's end and the recorded outcome
+        (docs/benchmarks.md#provider-streaming). A stop that the watcher sees only now came after
+        the reply was complete; a stop that ended the stream had set these before it cancelled.
+        """
         self.finished.set()
         publish(self.runtime.redis, keys.turn_stop_channel(self.runtime.config.namespace, self.turn_id))
-        self.join(timeout=5)
+        return self.stopped, self.timed_out
 
     def _subscribe(self) -> Any:
         try:
@@ -255,18 +265,19 @@ def execute(runtime: Runtime, turn: Message) -> None:
         log.exception("turn %s failed in provider %s (log reference %s)", turn.id, provider.name, reference)
         failure = f"The {provider.name} provider failed unexpectedly (log reference {reference})."
     finally:
-        watcher.finish()
+        stopped, timed_out = watcher.finish()
     end_leftover_tasks(runtime, list(reported_tasks.values()))
     text = stream.text
-    if watcher.timed_out:
+    if timed_out:
         limit = runtime.settings()["max_turn_seconds"]
         finish(runtime, turn, TurnStatus.FAILED, text, f"The turn ran longer than the relay's limit of {limit} s and was ended.")
-    elif watcher.stopped:
+    elif stopped:
         finish(runtime, turn, TurnStatus.STOPPED, text, None)
     elif failure is not None:
         finish(runtime, turn, TurnStatus.FAILED, text, failure)
     else:
         finish(runtime, turn, TurnStatus.DONE, text, None)
+    watcher.join(timeout=WATCHER_EXIT_SECONDS)
 
 
 class PartialWriter:
