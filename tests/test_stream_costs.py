@@ -88,3 +88,29 @@ def test_a_forked_child_opens_its_own_sqlite_connection(tmp_path: Path) -> None:
     _, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 0, "the child reused the parent's pooled connection"
     database.close()
+
+
+def test_a_partial_write_is_skipped_not_waited_for_while_another_writer_holds_the_lock(tmp_path: Path) -> None:
+    import sqlite3
+
+    open_database(Config(data_dir=tmp_path, times={"SQLITE_BUSY_SECONDS": 2}))
+    migrate()
+    with database.connection_context():
+        session = Session.create(id="s1", title="stream", provider="echo")
+        Message.create(id="m1", session=session, role="user", text="go", status="running", partial_text="")
+    now = [0.0]
+    writer = PartialWriter("m1", 0.25, clock=lambda: now[0])
+    other = sqlite3.connect(tmp_path / "oar.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process's write transaction
+    try:
+        writer.add_text("first")  # the lock is taken: skipped at once (no error, no 2 s wait)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    with database.connection_context():
+        assert Message.get(Message.id == "m1").partial_text == ""
+    writer.add_text(" second")  # tried again with the next text, without waiting for the interval
+    with database.connection_context():
+        assert Message.get(Message.id == "m1").partial_text == "first second"
+        assert database.execute_sql("PRAGMA busy_timeout").fetchone()[0] == 2000  # the wait is back
+    database.close()

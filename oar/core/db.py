@@ -78,6 +78,24 @@ def open_database(config: Config) -> peewee.Database:
 _inherited: list[Any] = []
 
 
+@contextlib.contextmanager
+def without_lock_wait() -> Iterator[None]:
+    """Statements inside do not wait for SQLite's write lock: one that finds it taken fails at
+    once with "database is locked" (see `is_busy`). For writes that may be skipped and made
+    later, e.g. partial reply text; SQLite's busy handler sleeps in growing steps (up to 100 ms)
+    and would hold the turn's thread meanwhile. Elsewhere (PostgreSQL) it changes nothing."""
+    if not is_sqlite():
+        yield
+        return
+    with database.connection_context():
+        waited = database.execute_sql("PRAGMA busy_timeout").fetchone()[0]
+        database.execute_sql("PRAGMA busy_timeout = 0")
+        try:
+            yield
+        finally:
+            database.execute_sql(f"PRAGMA busy_timeout = {int(waited)}")
+
+
 def _forget_pooled_connections() -> None:
     """In a forked child: set the parent's pooled SQLite connections aside unclosed (an SQLite
     connection must not cross a fork; closing it here could touch the parent's locks)."""

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import peewee
 import redis
 
 from oar import providers
@@ -26,7 +27,7 @@ from oar.actions.schema import relay_tool, system_prompt
 from oar.approvals import cards, questions
 from oar.background import output_files, tasks
 from oar.core import events, ids, jobs, keys
-from oar.core.db import database, lock_rows, release_connection, write_transaction
+from oar.core.db import database, is_busy, lock_rows, release_connection, without_lock_wait, write_transaction
 from oar.core.models import Message, Question, Session
 from oar.core.runtime import Runtime
 from oar.core.signals import publish
@@ -310,12 +311,22 @@ class PartialWriter:
 
     def _maybe_write(self, force: bool = False) -> None:
         now = self.clock()
-        if force or self.last_write is None or now - self.last_write >= self.interval:
-            Message.update(partial_text=self.text, activities=self.activities[-20:]).where(
-                Message.id == self.turn_id
-            ).execute()
+        if not (force or self.last_write is None or now - self.last_write >= self.interval):
+            return
+        # Skipped, not waited for, while another writer holds the lock: the next text tries
+        # again, and the thread goes back to reading its stream.
+        try:
+            with without_lock_wait():
+                Message.update(partial_text=self.text, activities=self.activities[-20:]).where(
+                    Message.id == self.turn_id
+                ).execute()
+        except peewee.OperationalError as error:
+            if not is_busy(error):
+                raise
+            return
+        finally:
             release_connection()
-            self.last_write = now
+        self.last_write = now
 
 
 def finish(runtime: Runtime, turn: Message, status: TurnStatus, text: str, error: str | None) -> bool:
