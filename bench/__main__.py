@@ -35,8 +35,8 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "part", nargs="?", choices=("all", "schedules"), default="all",
         help="what to measure: everything (default), or only schedule firing accuracy; "
-        "`python -m bench tasks [--gigabyte]`, `python -m bench providers` and `python -m bench delivery` "
-        "run one part alone",
+        "`python -m bench tasks [--gigabyte]`, `python -m bench providers`, `python -m bench delivery` and "
+        "`python -m bench idle` run one part alone",
     )
     parser.add_argument("--schedules", type=int, default=1000, help="schedules due within one minute (default 1000)")
     parser.add_argument("--seconds", type=float, default=4.0, help="length of one measurement round (default 4)")
@@ -215,6 +215,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench import providers
 
         return providers.run(argv[1:])
+    if argv[:1] == ["idle"]:  # `python -m bench idle`: CPU, wake-ups and memory of an idle relay
+        from bench import idle
+
+        return idle.run(argv[1:])
     if argv[:1] == ["delivery"]:  # `python -m bench delivery`: relay events fanned out to 200 watchers
         from bench import delivery
 

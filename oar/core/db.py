@@ -113,6 +113,43 @@ def open_database(config: Config) -> peewee.Database:
     return db
 
 
+# The parent's connections a forked child inherited, kept referenced so that they are never
+# closed (or freed, which closes them) in the child.
+_inherited: list[Any] = []
+
+
+@contextlib.contextmanager
+def without_lock_wait() -> Iterator[None]:
+    """Statements inside do not wait for SQLite's write lock: one that finds it taken fails at
+    once with "database is locked" (see `is_busy`). For writes that may be skipped and made
+    later, e.g. partial reply text; SQLite's busy handler sleeps in growing steps (up to 100 ms)
+    and would hold the turn's thread meanwhile. Elsewhere (PostgreSQL) it changes nothing."""
+    if not is_sqlite():
+        yield
+        return
+    with database.connection_context():
+        waited = database.execute_sql("PRAGMA busy_timeout").fetchone()[0]
+        database.execute_sql("PRAGMA busy_timeout = 0")
+        try:
+            yield
+        finally:
+            database.execute_sql(f"PRAGMA busy_timeout = {int(waited)}")
+
+
+def _forget_pooled_connections() -> None:
+    """In a forked child: set the parent's pooled SQLite connections aside unclosed (an SQLite
+    connection must not cross a fork; closing it here could touch the parent's locks)."""
+    db = database.obj
+    if isinstance(db, PooledSqliteDatabase):
+        _inherited.append((db._connections, db._in_use, db._state.conn))
+        db._connections = []
+        db._in_use = {}
+        db._state.reset()
+
+
+os.register_at_fork(after_in_child=_forget_pooled_connections)
+
+
 def is_busy(error: BaseException) -> bool:
     """The database could not be had in time: SQLite's write lock still held by another writer
     after the busy timeout ("database is locked"), or every pooled PostgreSQL connection in use.

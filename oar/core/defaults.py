@@ -75,8 +75,9 @@ TURN_HEARTBEAT_SECONDS = 5
 TURN_STALE_SECONDS = 30
 # The clock runs the reconciler this often; its due-time timer sleeps at most this long.
 RECONCILE_SECONDS = 5
-# Partial reply text is written to the database at most this often while streaming.
-PARTIAL_WRITE_SECONDS = 0.1
+# Partial reply text is written to the database at most this often while streaming: four
+# writes a second per turn whatever the token rate (docs/benchmarks.md#provider-streaming).
+PARTIAL_WRITE_SECONDS = 0.25
 # A turn checks the database for a stop request this often when Redis is unreachable.
 STOP_POLL_SECONDS = 1.0
 # A waiting call re-reads the database this often in case a wake-up signal was lost

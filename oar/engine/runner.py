@@ -14,8 +14,10 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
+import peewee
 import redis
 
 from oar import providers
@@ -25,7 +27,7 @@ from oar.actions.schema import relay_tool, system_prompt
 from oar.approvals import cards, questions
 from oar.background import output_files, tasks
 from oar.core import events, ids, jobs, keys
-from oar.core.db import database, lock_rows, release_connection, write_transaction
+from oar.core.db import database, is_busy, lock_rows, release_connection, without_lock_wait, write_transaction
 from oar.core.models import Message, Question, Session
 from oar.core.runtime import Runtime
 from oar.core.signals import publish
@@ -49,6 +51,9 @@ from oar.providers.base import (
 from oar.turns import external
 
 log = logging.getLogger(__name__)
+
+# How long a finished turn waits, after recording its outcome, for its watcher thread to exit.
+WATCHER_EXIT_SECONDS = 5
 
 
 def run_turns(runtime: Runtime, session_id: str) -> int:
@@ -148,11 +153,18 @@ class TurnWatcher(threading.Thread):
     def resume(self) -> None:
         self.deadline += time.monotonic() - self._paused_at
 
-    def finish(self) -> None:
-        """End the watch at once: the thread may be blocked waiting for a stop signal."""
+    def finish(self) -> tuple[bool, bool]:
+        """End the watch at once (the thread may be blocked waiting for a stop signal); returns
+        (stopped, timed_out) as they are now.
+
+        It does not wait for the thread to exit: the thread may be in a database check or waiting
+        for a core, and that wait would come between the stream's end and the recorded outcome
+        (docs/benchmarks.md#provider-streaming). A stop that the watcher sees only now came after
+        the reply was complete; a stop that ended the stream had set these before it cancelled.
+        """
         self.finished.set()
         publish(self.runtime.redis, keys.turn_stop_channel(self.runtime.config.namespace, self.turn_id))
-        self.join(timeout=5)
+        return self.stopped, self.timed_out
 
     def _subscribe(self) -> Any:
         try:
@@ -254,29 +266,36 @@ def execute(runtime: Runtime, turn: Message) -> None:
         log.exception("turn %s failed in provider %s (log reference %s)", turn.id, provider.name, reference)
         failure = f"The {provider.name} provider failed unexpectedly (log reference {reference})."
     finally:
-        watcher.finish()
+        stopped, timed_out = watcher.finish()
     end_leftover_tasks(runtime, list(reported_tasks.values()))
     text = stream.text
-    if watcher.timed_out:
+    if timed_out:
         limit = runtime.settings()["max_turn_seconds"]
         finish(runtime, turn, TurnStatus.FAILED, text, f"The turn ran longer than the relay's limit of {limit} s and was ended.")
-    elif watcher.stopped:
+    elif stopped:
         finish(runtime, turn, TurnStatus.STOPPED, text, None)
     elif failure is not None:
         finish(runtime, turn, TurnStatus.FAILED, text, failure)
     else:
         finish(runtime, turn, TurnStatus.DONE, text, None)
+    watcher.join(timeout=WATCHER_EXIT_SECONDS)
 
 
 class PartialWriter:
-    """Collects the streamed reply and writes it to the database at most every `interval` s."""
+    """Collects the streamed reply and writes it to the database at most every `interval` s.
 
-    def __init__(self, turn_id: str, interval: float) -> None:
+    A write rewrites the whole partial text, so its cost grows with the reply: the interval,
+    not the token rate, bounds the writes per second (docs/benchmarks.md#provider-streaming).
+    The first text is written at once; the final text is written by `finish`, at once too.
+    """
+
+    def __init__(self, turn_id: str, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.turn_id = turn_id
         self.interval = interval
+        self.clock = clock
         self.parts: list[str] = []
         self.activities: list[str] = []
-        self.last_write = 0.0
+        self.last_write: float | None = None
 
     @property
     def text(self) -> str:
@@ -291,13 +310,23 @@ class PartialWriter:
         self._maybe_write(force=True)
 
     def _maybe_write(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if force or now - self.last_write >= self.interval:
-            Message.update(partial_text=self.text, activities=self.activities[-20:]).where(
-                Message.id == self.turn_id
-            ).execute()
+        now = self.clock()
+        if not (force or self.last_write is None or now - self.last_write >= self.interval):
+            return
+        # Skipped, not waited for, while another writer holds the lock: the next text tries
+        # again, and the thread goes back to reading its stream.
+        try:
+            with without_lock_wait():
+                Message.update(partial_text=self.text, activities=self.activities[-20:]).where(
+                    Message.id == self.turn_id
+                ).execute()
+        except peewee.OperationalError as error:
+            if not is_busy(error):
+                raise
+            return
+        finally:
             release_connection()
-            self.last_write = now
+        self.last_write = now
 
 
 def finish(runtime: Runtime, turn: Message, status: TurnStatus, text: str, error: str | None) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -9,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oar.core.schema import ToolDefinition
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -121,11 +124,48 @@ class TurnRequest:
     relay_tool: ToolDefinition | None = None
 
 
+class CancelEvent(threading.Event):
+    """A turn's stop flag that also runs callbacks when it is set, in the thread that sets it.
+
+    A provider blocked in a read registers one that closes its connection, so that a stop
+    needs no thread per stream waking every few milliseconds to look at the flag.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._callbacks: list[Callable[[], None]] = []
+        self._callbacks_lock = threading.Lock()
+
+    def set(self) -> None:
+        super().set()
+        with self._callbacks_lock:
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # the flag is set whatever a callback does; the setter goes on
+                log.exception("a stop callback failed")
+
+    def on_set(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Run `callback` once when the flag is set (at once if it is); returns its remover."""
+        with self._callbacks_lock:
+            if not self.is_set():
+                self._callbacks.append(callback)
+                return lambda: self._remove(callback)
+        callback()
+        return lambda: None
+
+    def _remove(self, callback: Callable[[], None]) -> None:
+        with self._callbacks_lock:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+
 @dataclass
 class TurnControl:
     """The runner's side of a turn: cancellation and the session's own relay_tool."""
 
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    cancelled: CancelEvent = field(default_factory=CancelEvent)
     call_relay_tool: Callable[[dict[str, Any]], dict[str, Any]] = lambda _args: {}
     # Raise an `ask_user` card and wait for its answer; None when the turn is stopped meanwhile.
     # `allow_freeform=False` makes a card answered only with one of its options (Allow/Deny).

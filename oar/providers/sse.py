@@ -14,7 +14,6 @@ import codecs
 import json
 import re
 import socket
-import threading
 from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -23,8 +22,6 @@ import requests
 
 from oar.providers.base import TurnControl
 
-# How often the cancellation watcher looks at the turn's `cancelled` event.
-CANCEL_POLL_SECONDS = 0.1
 # The most of an error body kept for the failure text.
 ERROR_BODY_CHARS = 300
 
@@ -256,9 +253,9 @@ def open_stream(http: requests.Session, request: StreamRequest, control: TurnCon
             raise ProviderError(
                 "protocol", f'Provider "{request.name}" answered {content_type or "no content type"} instead of an event stream: {detail}'
             )
-        finished = threading.Event()
-        watcher = threading.Thread(target=_close_when_cancelled, args=(response, control, finished), daemon=True)
-        watcher.start()
+        # A stop must not wait for the server's next byte: the stop itself shuts the socket
+        # under the read (in the thread that sets it), no watcher polls for it.
+        forget = control.cancelled.on_set(lambda: _close_under_read(response))
         try:
             yield from sse_events(response.iter_content(chunk_size=None))
         except (requests.RequestException, OSError, AttributeError, ValueError) as error:
@@ -268,21 +265,17 @@ def open_stream(http: requests.Session, request: StreamRequest, control: TurnCon
             what = "stopped sending" if kind == "timeout" else "broke off the stream"
             raise ProviderError(kind, f'Provider "{request.name}" {what} ({_reason(error, request)}).') from None
         finally:
-            finished.set()
+            forget()
 
 
-def _close_when_cancelled(response: requests.Response, control: TurnControl, finished: threading.Event) -> None:
-    """A stop must not wait for the server's next byte: shut the socket under the read."""
-    while not finished.is_set():
-        if control.cancelled.wait(CANCEL_POLL_SECONDS):
-            sock = _socket_of(response)
-            if sock is not None:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-            response.close()
-            return
+def _close_under_read(response: requests.Response) -> None:
+    sock = _socket_of(response)
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+    response.close()
 
 
 def _socket_of(response: requests.Response) -> socket.socket | None:

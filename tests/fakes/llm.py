@@ -8,7 +8,8 @@ text `hello-old` is in the request), `#429` (rate limited once, retry-after 0),
 `#429always`, `#401` (quotes the key back), `#500` (a server error echoing the key), `#html`, `#drop` (connection dropped
 mid-stream), `#cut` (stream ends mid-event), `#stall` (sends a little, then only
 keep-alives), `#silent` (sends a little, then not a byte),
-`#think` (reasoning first), `#long <n>` (n one-token deltas, for the benchmark), `#tool {json}` (calls relay_tool with that JSON, then answers
+`#think` (reasoning first), `#long <n>` (n one-token deltas, for the benchmark; sent at
+`tokens_per_second` when that is set, else as fast as the socket takes them), `#tool {json}` (calls relay_tool with that JSON, then answers
 with the tool's result). Anything else: `fake: <prompt>`.
 """
 
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flask import Flask, Response, request
-from werkzeug.serving import make_server
+from werkzeug.serving import WSGIRequestHandler, make_server
 
 CONTINUATION_START = "Your previous answer was cut off"
 CAP = 4096
@@ -38,17 +39,30 @@ class Plan:
     ending: str = "done"  # done | cut | drop | stall | silent
 
 
+class WholeChunkHandler(WSGIRequestHandler):
+    """Sends each chunk of a streamed answer in one write, as API servers do.
+
+    werkzeug's handler writes a chunk's size line, data and end unbuffered (four sends, often
+    two TCP segments); it flushes after each chunk, so a buffered writer sends one each.
+    """
+
+    wbufsize = -1
+
+
 class FakeLLM:
-    def __init__(self, api_key: str = "sk-fake-test-key-0123456789") -> None:
+    def __init__(self, api_key: str = "sk-fake-test-key-0123456789", tokens_per_second: float = 0.0) -> None:
         self.api_key = api_key
+        # The pace of `#long` replies, one event per token; 0: as fast as possible.
+        self.tokens_per_second = tokens_per_second
         self.requests: list[dict[str, Any]] = []
         self.counts: dict[str, int] = {}
-        # time.time() when the last byte of the answer to a prompt was handed to the server.
+        # time.time() when the first and the last byte of the answer to a prompt were handed to the server.
+        self.first_byte: dict[str, float] = {}
         self.last_byte: dict[str, float] = {}
         self.release = threading.Event()
         self.lock = threading.Lock()
         self.app = self._make_app()
-        self.server = make_server("127.0.0.1", 0, self.app, threaded=True)
+        self.server = make_server("127.0.0.1", 0, self.app, threaded=True, request_handler=WholeChunkHandler)
         self.base_url = f"http://127.0.0.1:{self.server.server_port}/v1"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -127,7 +141,10 @@ class FakeLLM:
             return Response("<html><body>Welcome to nginx</body></html>", content_type="text/html")
         plan = self._plan(prompt, continued, tool_result, budget)
         writer = {"chat": chat_stream, "responses": responses_stream, "anthropic": anthropic_stream}[protocol]
-        return Response(self._ending(writer(plan), plan, prompt), content_type="text/event-stream")
+        events = writer(plan)
+        if "#long" in prompt and self.tokens_per_second > 0:
+            events = paced(events, self.tokens_per_second)
+        return Response(self._ending(events, plan, prompt), content_type="text/event-stream")
 
     def _plan(self, prompt: str, continued: bool, tool_result: str | None, budget: int) -> Plan:
         if "#cap" in prompt:
@@ -163,6 +180,7 @@ class FakeLLM:
         return Plan(text=[word + " " for word in words[:-1]] + [words[-1]])
 
     def _ending(self, events: Iterator[str], plan: Plan, prompt: str) -> Iterator[str]:
+        self.first_byte[prompt] = time.time()
         yield from events
         self.last_byte[prompt] = time.time()
         if plan.ending == "stall":  # alive (keep-alive comments) but never finishing
@@ -197,6 +215,17 @@ class FakeLLM:
                 elif block["type"] == "tool_result":
                     tools.append(block["content"])
         return texts, tools[-1] if tools else None
+
+
+def paced(events: Iterator[str], per_second: float) -> Iterator[str]:
+    """`events` at `per_second`, each due at a fixed time from the start so that a late one
+    (a busy machine) is followed at once by the next, not by a whole interval: the rate holds."""
+    started = time.monotonic()
+    for number, event in enumerate(events):
+        delay = started + number / per_second - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        yield event
 
 
 def sse(data: Any, event: str | None = None) -> str:
