@@ -272,8 +272,10 @@ def test_random_action_payloads_always_get_a_spec_shaped_answer(
         if not body["ok"]:
             codes.add(body["code"])
 
-    with owner_denying_cards(relay):
+    with owner_denying_cards(relay) as denied:
         one_call()
+    print(f"\naction fuzz: {sum(answered.values())} payloads, {answered[True]} answered ok, "
+          f"{len(codes)} error codes, {len(denied)} cards denied by the owner meanwhile")
     # The fuzzing reached both sides: calls that succeeded and calls that were refused.
     assert answered[True] > 0 and answered[False] > 0, answered
     assert "REMOTE_RELAY_INVALID_INPUT" in codes, codes
