@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import os
+import time
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -181,6 +182,45 @@ def write_transaction() -> peewee._atomic:
     if is_sqlite():
         return database.atomic("IMMEDIATE")
     return database.atomic()
+
+
+# How long a prompt writer sleeps between its tries at SQLite's write lock.
+PROMPT_LOCK_RETRY_SECONDS = 0.001
+
+
+@contextlib.contextmanager
+def prompt_write_transaction() -> Iterator[None]:
+    """`write_transaction`, for writes due at a time (a schedule's firing): on SQLite, the
+    write lock is tried every `PROMPT_LOCK_RETRY_SECONDS` (within the same busy timeout)
+    instead of by SQLite's busy handler, whose sleeps grow up to 100 ms each: a firing
+    that found a turn's write in progress would wait up to 100 ms after it ended
+    (docs/decisions.md#prompt-lock-for-firings). Only `BEGIN IMMEDIATE` is retried; once it
+    holds the lock, the transaction runs with the busy timeout as before."""
+    if not is_sqlite():
+        with database.atomic():
+            yield
+        return
+    if database.in_transaction():
+        with database.atomic():  # a savepoint: the lock is held already
+            yield
+        return
+    waited = int(database.execute_sql("PRAGMA busy_timeout").fetchone()[0])
+    deadline = time.monotonic() + waited / 1000
+    with contextlib.ExitStack() as stack:
+        database.execute_sql("PRAGMA busy_timeout = 0")
+        try:
+            while True:
+                try:
+                    # A failed BEGIN leaves no transaction behind (peewee pushes it only after).
+                    stack.enter_context(database.atomic("IMMEDIATE"))
+                    break
+                except peewee.OperationalError as error:
+                    if not is_busy(error) or time.monotonic() >= deadline:
+                        raise
+                time.sleep(PROMPT_LOCK_RETRY_SECONDS)
+        finally:
+            database.execute_sql(f"PRAGMA busy_timeout = {waited}")
+        yield
 
 
 @contextlib.contextmanager
