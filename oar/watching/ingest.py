@@ -5,17 +5,22 @@ outside any transaction, then claims it by moving the engine's cursor with a con
 UPDATE and, in the same short transaction, holds it for every watcher it concerns
 (`oar.watching.holding`). Two paths run it, and either may win: the RQ job
 `workers.delivery.ingest` right after an event is committed, and the clock's sweeper
-(`oar.watching.sweep`) for anything a lost job or a flushed Redis left behind.
+(`oar.watching.sweep`) for anything a lost job or a flushed Redis left behind; one process
+at a time runs `ingest_pending` (a lock in Redis), and the claim keeps it right without.
 """
 
 from __future__ import annotations
 
+import hmac
+import secrets
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from oar.core import defaults
+import redis
+
+from oar.core import defaults, keys
 from oar.core.db import is_sqlite, released_connection, write_transaction
 from oar.core.models import Event, Setting, Subscription
 from oar.core.runtime import Runtime
@@ -134,18 +139,69 @@ def ingest_pending(runtime: Runtime, now_reader: Any, budget_seconds: float | No
     """Ingest batch after batch until nothing new is left (or `budget_seconds` have passed);
     returns how many events.
 
+    One relay process at a time does it (a lock in Redis, as for deliveries): every event
+    commit enqueues an ingestion, and ingesters that read the same batch would each match it
+    (the long part) for all but one to drop the work. A caller that finds the lock taken
+    returns at once; the holder, once it gives the lock back, looks again for events
+    committed meanwhile. Without Redis all go on: the cursor claim keeps every event held once.
+
     On SQLite one writer holds the database at a time, and a waiting writer only retries
     now and then (its busy timeout): a loop that starts its next batch the moment the last
     one commits would keep deliveries, turns and requests waiting until they time out. So
     between batches it gives the write lock up for INGEST_PAUSE_SECONDS.
     """
     started = time.monotonic()
+    lock = keys.ingest_lock(runtime.config.namespace)
+    lease = max(1, int(runtime.time("DELIVERY_LOCK_SECONDS")))
     total = 0
-    while (count := ingest(runtime, now_reader())) > 0:
-        total += count
-        if budget_seconds is not None and time.monotonic() - started >= budget_seconds:
-            break
-        if is_sqlite():
-            with released_connection():
-                time.sleep(runtime.time("INGEST_PAUSE_SECONDS"))
-    return total
+    while True:
+        made_in_round = 0
+        token = secrets.token_hex(8)
+        try:
+            if not runtime.redis.set(lock, token, nx=True, ex=lease):
+                return total
+        except redis.RedisError:
+            token = ""
+        try:
+            while (count := ingest(runtime, now_reader())) > 0:
+                total += count
+                made_in_round += count
+                if budget_seconds is not None and time.monotonic() - started >= budget_seconds:
+                    return total
+                if token:
+                    _renew(runtime, lock, token, lease)
+                if is_sqlite():
+                    with released_connection():
+                        time.sleep(runtime.time("INGEST_PAUSE_SECONDS"))
+        finally:
+            if token:
+                _release(runtime, lock, token)
+        # A caller that found the lock taken just now left its events to this one (a round
+        # that ingested nothing stops: what is left waits behind a gap, for the sweeper).
+        if not token or not made_in_round or not _pending():
+            return total
+
+
+def _pending() -> bool:
+    return Event.select().where(Event.seq > held.cursor()).exists()
+
+
+def _holds(runtime: Runtime, lock: str, token: str) -> bool:
+    value = runtime.redis.get(lock)
+    return isinstance(value, bytes) and hmac.compare_digest(value, token.encode())
+
+
+def _renew(runtime: Runtime, lock: str, token: str, lease: int) -> None:
+    try:
+        if _holds(runtime, lock, token):
+            runtime.redis.expire(lock, lease)
+    except redis.RedisError:
+        pass
+
+
+def _release(runtime: Runtime, lock: str, token: str) -> None:
+    try:
+        if _holds(runtime, lock, token):
+            runtime.redis.delete(lock)
+    except redis.RedisError:
+        pass

@@ -76,7 +76,7 @@ def match(events: list[Event]) -> Match:
     match, stalled_minutes) decide alike, so an event is matched once per such group, not
     once per subscription."""
     subscriptions = list(_subscriptions_query())
-    found = Match(events, subscriptions, _titles(events) if subscriptions else {})
+    found = Match(events, subscriptions, _titles(events))
     if not subscriptions:
         return found
     groups: dict[tuple[Any, ...], list[Subscription]] = defaultdict(list)
