@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from oar.core.db import database
-from oar.core.models import Event, HeldEvent, Message, Subscription
+from oar.core.models import Event, EventLine, HeldEvent, Message, Subscription
 from tests.support.clients import Agent, poll
 from tests.support.conversations import event_lines
 from tests.support.relays import FAST_TIMES, Relay, RelayStack, own_relay
@@ -47,6 +47,21 @@ def held_rows(watcher_id: str, kind: str | None = None) -> list[HeldEvent]:
         if kind:
             query = query.where(HeldEvent.kind == kind)
         return list(query.order_by(HeldEvent.id))
+
+
+def held_lines(watcher_id: str) -> list[tuple[HeldEvent, str]]:
+    """Each held event's line with the row that holds it: events ingested in one batch share
+    a bundle row (docs/events.md#how-events-are-held), how they batch depends on timing."""
+    found = []
+    with database.connection_context():
+        for row in held_rows(watcher_id):
+            if not row.seqs:
+                found.append((row, row.line))
+                continue
+            for first, last, kind in row.seqs:
+                lines = EventLine.select().where((EventLine.kind == kind) & EventLine.seq.between(first, last))
+                found.extend((row, line.line) for line in lines)
+    return found
 
 
 def at_least(relay: Relay, agent: Agent, count: int) -> list[str] | None:
@@ -217,7 +232,7 @@ def test_after_twenty_wakeups_an_hour_events_come_as_a_digest_and_errors_still_a
         f'[relay event] session "Build" {short(target)}: turn_end (done) "echo: step 22"',
         f'[relay event] session "Build" {short(target)}: turn_end (failed) "boom"',
     ]
-    rows = {row.line.split("…): ", 1)[1]: row for row in held_rows(watcher.session_id)}
+    rows = {line.split("…): ", 1)[1]: row for row, line in held_lines(watcher.session_id)}
     capped = [rows['turn_end (done) "echo: step 21"'], rows['turn_end (done) "echo: step 22"'],
               rows['turn_end (failed) "boom"']]
     error = rows['error "boom"']

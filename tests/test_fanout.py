@@ -3,12 +3,20 @@ watcher in one row, and read as before — one line each, in order, counted as e
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
+
+import pytest
+
 from oar.core import events, ids, jobs
 from oar.core.db import database, write_transaction
 from oar.core.models import HeldEvent
+from oar.core.runtime import Runtime
+from oar.core.timeutil import utcnow
+from oar.watching import held, ingest
 from tests.support.clients import poll
 from tests.support.conversations import event_lines
-from tests.support.relays import Relay
+from tests.support.relays import Relay, own_relay
 
 
 def test_a_batch_of_events_is_one_held_row_per_watcher_and_one_line_per_event(relay: Relay) -> None:
@@ -39,3 +47,67 @@ def test_a_batch_of_events_is_one_held_row_per_watcher_and_one_line_per_event(re
     for watcher in watchers:
         [message] = poll("the delivery", lambda w=watcher: event_lines(relay, w.session_id) or None, seconds=30)
         assert message.splitlines()[1:] == expected
+
+
+def _record_turn_ends(session_id: str, count: int) -> list[int]:
+    with database.connection_context(), write_transaction():
+        return [events.record(session_id, "turn_end",
+                              {"turnId": ids.message_id(), "status": "done", "excerpt": f"step {n}",
+                               "fromSession": None, "startedBy": "user"}).seq for n in range(count)]
+
+
+def _held_seqs(watcher_id: str) -> list[int]:
+    """Every event number held for the watcher, once per time it is held."""
+    with database.connection_context():
+        rows = list(HeldEvent.select().where(HeldEvent.watcher == watcher_id))
+    seqs: list[int] = []
+    for row in rows:
+        if row.seqs:
+            seqs.extend(seq for first, last, _kind in row.seqs for seq in range(first, last + 1))
+        else:
+            seqs.append(row.event_seq)
+    return sorted(seqs)
+
+
+def _ingest_after(start: threading.Barrier, runtime: Runtime) -> None:
+    start.wait()
+    with database.connection_context():
+        ingest.ingest_pending(runtime, utcnow)
+
+
+def test_two_ingesters_that_read_the_same_batch_hold_it_once(tmp_path: Path) -> None:
+    """Ingestion matches a batch before its write transaction (docs/events.md#how-events-are-held):
+    of two ingesters that read the same batch, the second finds the cursor moved, drops its
+    work and writes nothing."""
+    with own_relay(tmp_path, worker=False) as stack:  # no worker: nothing ingests but the test
+        relay = stack.relay
+        assert relay is not None and relay.runtime is not None
+        runtime = relay.runtime
+        target = relay.conversation("Build")
+        watchers = [relay.conversation(f"watcher {n}") for n in range(3)]
+        for watcher in watchers:
+            watcher.ok("subscribe", sessions=["all"], events=["turn_end"])
+        recorded = _record_turn_ends(target.session_id, 5)
+        with database.connection_context():
+            now = utcnow()
+            first, second = ingest.read_batch(now), ingest.read_batch(now)
+            assert first is not None and second is not None and first.after == second.after
+            assert ingest.claim_and_hold(runtime, now, first) == 5
+            with pytest.raises(held.Lost):
+                ingest.claim_and_hold(runtime, now, second)
+            assert ingest.ingest(runtime, now) == 0  # nothing left after the claimed batch
+        for watcher in watchers:
+            assert _held_seqs(watcher.session_id) == recorded
+
+        # Racing for real: two threads ingest the same new events, round after round.
+        later: list[int] = []
+        for _round in range(8):
+            later += _record_turn_ends(target.session_id, 7)
+            start = threading.Barrier(2)
+            threads = [threading.Thread(target=_ingest_after, args=(start, runtime)) for _ in range(2)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=60)
+        for watcher in watchers:
+            assert _held_seqs(watcher.session_id) == recorded + later

@@ -99,6 +99,11 @@ def task_nudge(namespace: str, task_id: str) -> str:
     return f"{namespace}:tasknudged:{task_id}"
 
 
+def ingest_lock(namespace: str) -> str:
+    """Held by the one relay process ingesting new events (docs/events.md#how-events-are-held)."""
+    return f"{namespace}:ingesting"
+
+
 def delivery_lock(namespace: str) -> str:
     """Held by the one relay process delivering overdue events."""
     return f"{namespace}:delivering"

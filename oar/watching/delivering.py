@@ -157,11 +157,15 @@ def deliver(runtime: Runtime, watcher_id: str, now: datetime, lines: held.Lines 
     if not chosen:
         due_jobs.schedule_next(runtime, watcher_id)
         return "nothing"
+    # The message is written before the write lock is taken (a wide fan-out's is thousands of
+    # lines, for hundreds of watchers whose windows close together): its rows are claimed
+    # below only if still undelivered, and lines and the subscriptions' digest and quiet
+    # hours never change.
+    text = _message_text(chosen, lines or held.Lines())
     message: Message | None = None
     try:
         with write_transaction():
             watcher = Session.get_by_id(watcher_id)
-            text = _message_text(chosen, lines or held.Lines())
             message = automated.insert(watcher, text, turns.Provenance(kind="event", hops=0))
             claimed = held.claim([r.id for r in chosen], now, message.id)
             if claimed != len(chosen):

@@ -5,13 +5,12 @@ when every session a subscription watches has gone idle."""
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
 from oar.core.models import Event, Message, ReplyReceipt, Session, Subscription, Task
 from oar.core.statuses import OPEN_TURN, TaskStatus, TurnStatus
-from oar.watching import delivery, event_lines, held, lifetime, subscription_rules
+from oar.watching import delivery, held, lifetime, matching, subscription_rules
 
 
 class Holding:
@@ -108,76 +107,35 @@ class Holding:
         return any(session_id in turns_open or session_id in tasks for session_id in session_ids)
 
 
-def hold(events: list[Event], now: datetime, engine: delivery.Timing) -> tuple[set[str], list[str]]:
-    """Hold a batch of events for every watcher they concern (docs/events.md#how-events-are-held).
+def hold(batch: matching.Match, now: datetime, engine: delivery.Timing) -> tuple[set[str], list[str]]:
+    """Hold a matched batch of events for every watcher it concerns (docs/events.md#how-events-are-held),
+    inside the write transaction: the due times, own prompts, `once` ends and `all_idle` are
+    decided here, in the order of the events, from what `matching.match` found.
 
-    Subscriptions with the same filters (scope, sessions, exclude, events, match,
-    stalled_minutes) decide alike, so an event is matched once per such group, not once per
-    subscription. A watcher's events of the batch that share a due time, reason and
-    subscription become one bundle row; events that need a row of their own (urgent ones,
-    the watcher's own prompts) keep one each.
+    A watcher's events of the batch that share a due time, reason and subscription become
+    one bundle row; events that need a row of their own (urgent ones, the watcher's own
+    prompts) keep one each.
     """
-    subscriptions = list(Subscription.select().where(Subscription.ended_at.is_null()))
-    if not subscriptions:
+    if not batch.subscriptions:
         return set(), []
-    sessions = {s.id: s for s in Session.select().where(Session.id.in_({e.session_id for e in events}))}
     holding = Holding(now, engine)
-    groups: dict[tuple[Any, ...], list[Subscription]] = defaultdict(list)
-    for subscription in subscriptions:
-        groups[_filters(subscription)].append(subscription)
     touched: set[str] = set()
-    active_subs: dict[str, Subscription] = {}  # subscriptions with watched activity in the batch
-    bundles = Bundles(holding)
-    for event in events:
-        session = sessions.get(event.session_id)
-        if session is None:
-            continue
-        if not delivery.wakes_watchers(event.kind, (event.payload or {}).get("startedBy")):
-            continue  # nor is it activity for all_idle: that would wake the watchers all the same
-        lines: dict[str, str] = {}
-        per_watcher: dict[str, list[tuple[Subscription, str]]] = {}
-        for group in groups.values():
-            first = group[0]
-            if not _in_scope(first, event.session_id):
-                continue  # the same for the whole group (its watchers' own sessions are left out below)
-            idle_too = "all_idle" in (first.events or []) and event.kind != "session_idle"
-            kind = subscription_rules.received_as(first, event)
-            if kind is not None and kind not in lines:
-                lines[kind] = event_lines.event_line(event, session, kind)
-            if kind is not None and not subscription_rules.matches_text(first.match, lines[kind]):
-                kind = None
-            if kind is None and not idle_too:
-                continue
-            for subscription in group:
-                if (subscription.ended_at is not None or event.created_at < subscription.created_at
-                        or event.session_id == subscription.watcher_id):
-                    continue  # a conversation's own session is never watched
-                if idle_too:
-                    active_subs.setdefault(subscription.id, subscription)
-                if kind is not None:
-                    if (matched := per_watcher.get(subscription.watcher_id)) is None:
-                        per_watcher[subscription.watcher_id] = [(subscription, kind)]
-                    else:
-                        matched.append((subscription, kind))
-        if not per_watcher:
-            continue
-        payload = event.payload or {}
-        own = payload.get("fromSession") if event.kind == "turn_end" and payload.get("turnId") else None
-        for watcher_id, matched in per_watcher.items():
-            if len(matched) == 1 and watcher_id != own and matched[0][1] not in delivery.URGENT_KINDS:
-                # The common case, without the lists: one subscription, a bundled event.
-                subscription, kind = matched[0]
-                bundles.add(watcher_id, bundles.due(watcher_id, [subscription], kind), event, kind, lines[kind])
-                if subscription.once:
-                    lifetime.fire_once([subscription], holding.now)
-            else:
-                kind = "subagent_finished" if any(k == "subagent_finished" for _, k in matched) else event.kind
-                _hold_one(event, kind, lines[kind], watcher_id, [s for s, k in matched if k == kind], holding, bundles)
-        touched.update(per_watcher)
+    bundles = Bundles(holding, batch.lines)
+    for step in batch.steps:
+        if step[0] == "part":
+            _, watcher_id, part = step
+            bundles.add(watcher_id, bundles.due(watcher_id, [part.subscription], part.kind), part)
+            touched.add(watcher_id)
+        elif step[0] == "fire":
+            lifetime.fire_once([step[1]], holding.now)
+        else:
+            _, event, kind, line, watcher_id, matched = step
+            _hold_one(event, kind, line, watcher_id, matched, holding, bundles)
+            touched.add(watcher_id)
     bundles.flush()
     holding.flush()  # event lines before the all_idle lines they lead to
-    position = events[-1].seq
-    for subscription in active_subs.values():
+    position = batch.events[-1].seq
+    for subscription in batch.active.values():
         if subscription.ended_at is None and "all_idle" in (subscription.events or []):
             if _all_idle(subscription, holding, position):
                 touched.add(subscription.watcher_id)
@@ -185,35 +143,19 @@ def hold(events: list[Event], now: datetime, engine: delivery.Timing) -> tuple[s
     return touched, holding.to_schedule()
 
 
-def _in_scope(subscription: Subscription, session_id: str) -> bool:
-    """`subscription_rules.watches` but for the watcher's own session, which differs within a group."""
-    if subscription.scope == "all":
-        return session_id not in (subscription.exclude or [])
-    return session_id in (subscription.sessions or [])
-
-
-def _filters(subscription: Subscription) -> tuple[Any, ...]:
-    """What decides whether a subscription receives an event, and under which name, but the
-    watcher: subscriptions alike in these decide alike (`once` ones each on their own, since
-    one ends with its first event)."""
-    return (
-        subscription.scope, tuple(subscription.sessions or ()), tuple(subscription.exclude or ()),
-        tuple(subscription.events or ()), subscription.match, subscription.stalled_minutes,
-        subscription.id if subscription.once else None,
-    )
-
-
 class Bundles:
     """A batch's events per watcher, due time, reason and subscription: one held row each
     (docs/events.md#how-events-are-held). The due time of a watcher's non-urgent event is the
     same for every event of a batch that the same subscriptions match (a window or cap digest
     opened in the batch closes at now + its length, whichever event opened it), so it is
-    decided once per watcher and set of subscriptions."""
+    decided once per watcher and set of subscriptions. Most bundles are one `matching.Part`
+    (its runs worked out before the write lock); the few made of several are merged here."""
 
-    def __init__(self, holding: Holding) -> None:
+    def __init__(self, holding: Holding, lines: dict[tuple[int, str], str]) -> None:
         self.holding = holding
+        self.lines = lines
         self.dues: dict[tuple[str, str | tuple[str, ...]], tuple[datetime, str, str]] = {}
-        self.events: dict[tuple[str, datetime, str, str], list[tuple[Event, str, str]]] = {}
+        self.parts: dict[tuple[str, datetime, str, str], list[matching.Part]] = {}
 
     def due(self, watcher_id: str, matched: list[Subscription], kind: str) -> tuple[datetime, str, str]:
         key = (watcher_id, matched[0].id if len(matched) == 1 else tuple(s.id for s in matched))
@@ -221,32 +163,35 @@ class Bundles:
             self.dues[key] = self.holding.due(watcher_id, matched, kind)
         return self.dues[key]
 
-    def add(self, watcher_id: str, due_reason: tuple[datetime, str, str], event: Event, kind: str, line: str) -> None:
+    def add(self, watcher_id: str, due_reason: tuple[datetime, str, str], part: matching.Part) -> None:
         due, reason, subscription_id = due_reason
-        self.events.setdefault((watcher_id, due, reason, subscription_id), []).append((event, kind, line))
+        self.parts.setdefault((watcher_id, due, reason, subscription_id), []).append(part)
 
     def flush(self) -> None:
-        lines: dict[tuple[int, str], str] = {}
-        for (watcher_id, due, reason, subscription_id), held_events in self.events.items():
-            if len(held_events) == 1:
-                [(event, kind, line)] = held_events
+        lines = dict(self.lines)
+        for (watcher_id, due, reason, subscription_id), parts in self.parts.items():
+            if len(parts) == 1:
+                [part] = parts
+            else:
+                # Parts with one due time: their events in event order (an event is in one
+                # part of a watcher's at most).
+                part = matching.Part(parts[0].subscription, parts[0].kind)
+                for event, kind, line in sorted((e for p in parts for e in p.events), key=lambda e: e[0].seq):
+                    part.add(event, kind, line)
+                if len(part.events) > 1:
+                    lines.update(((event.seq, kind), line) for event, kind, line in part.events)
+            if len(part.events) == 1:
+                [(event, kind, line)] = part.events
                 turn_id = (event.payload or {}).get("turnId") if event.kind == "turn_end" else None
                 self.holding.add(watcher_id, due, reason, subscription_id=subscription_id, kind=kind, line=line,
                                  event_seq=event.seq, turn_id=turn_id)
                 continue
-            runs: list[list[Any]] = []
-            for event, kind, line in held_events:
-                lines[(event.seq, kind)] = line
-                if runs and runs[-1][1] == event.seq - 1 and runs[-1][2] == kind:
-                    runs[-1][1] = event.seq
-                else:
-                    runs.append([event.seq, event.seq, kind])
-            kinds = {kind for _, kind, _ in held_events}
+            kinds = {kind for _, kind, _ in part.events}
             self.holding.add(watcher_id, due, reason, subscription_id=subscription_id,
                              kind=kinds.pop() if len(kinds) == 1 else "events", line=None,
-                             event_seq=held_events[0][0].seq, count=len(held_events), seqs=runs)
+                             event_seq=part.events[0][0].seq, count=len(part.events), seqs=part.runs)
         held.insert_lines([(seq, kind, line) for (seq, kind), line in lines.items()])
-        self.events = {}
+        self.parts = {}
 
 
 def _hold_one(event: Event, kind: str, line: str, watcher_id: str, matched: list[Subscription], holding: Holding,
@@ -274,7 +219,9 @@ def _hold_one(event: Event, kind: str, line: str, watcher_id: str, matched: list
         holding.add(watcher_id, due, reason, subscription_id=subscription_id, kind=kind, line=line,
                     event_seq=event.seq, turn_id=turn_id)
     else:
-        bundles.add(watcher_id, bundles.due(watcher_id, matched, kind), event, kind, line)
+        part = matching.Part(matched[0], kind)
+        part.add(event, kind, line)
+        bundles.add(watcher_id, bundles.due(watcher_id, matched, kind), part)
     lifetime.fire_once(matched, now)
 
 

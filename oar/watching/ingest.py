@@ -1,26 +1,35 @@
 """Ingesting events (docs/events.md): new events, read in `seq` order, become held rows.
 
-The database is the truth. `ingest` claims a batch by moving the engine's cursor with a
-conditional UPDATE and, in the same transaction, holds the batch for every watcher it
-concerns (`oar.watching.holding`). Two paths run it, and either may win: the RQ job
+The database is the truth. `ingest` reads a batch and matches it (`oar.watching.matching`)
+outside any transaction, then claims it by moving the engine's cursor with a conditional
+UPDATE and, in the same short transaction, holds it for every watcher it concerns
+(`oar.watching.holding`). Two paths run it, and either may win: the RQ job
 `workers.delivery.ingest` right after an event is committed, and the clock's sweeper
-(`oar.watching.sweep`) for anything a lost job or a flushed Redis left behind.
+(`oar.watching.sweep`) for anything a lost job or a flushed Redis left behind; one process
+at a time runs `ingest_pending` (a lock in Redis), and the claim keeps it right without.
 """
 
 from __future__ import annotations
 
+import hmac
+import secrets
 import time
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from oar.core import defaults
+import redis
+
+from oar.core import defaults, keys
 from oar.core.db import is_sqlite, released_connection, write_transaction
 from oar.core.models import Event, Setting, Subscription
 from oar.core.runtime import Runtime
-from oar.watching import due_jobs, held, holding, subscription_rules
+from oar.watching import due_jobs, held, holding, matching, subscription_rules
 
 CURSOR_KEY = held.CURSOR_KEY
 INGEST_BATCH = 2000
+# Batches read and matched before one is claimed (another ingester may claim each first).
+INGEST_ATTEMPTS = 3
 # How long a gap in event numbers may stand for an event not committed yet (see
 # committed_in_order); the relay's write transactions last milliseconds.
 EVENT_GAP_GRACE = timedelta(seconds=10)
@@ -62,31 +71,65 @@ def committed_in_order(cursor: int, events: list[Event], now: datetime, grace: t
 def ingest(runtime: Runtime, now: datetime, limit: int | None = None) -> int:
     """Turn new events into held rows for every watcher they concern; returns how many events.
     One batch reads at most INGEST_BATCH events, and fewer when many subscriptions are
-    active (INGEST_ROWS_PER_BATCH events × subscriptions looked at), so that a wide fan-out
-    keeps each write transaction short. A batch writes about one held row per watcher
-    (docs/events.md#how-events-are-held), so larger batches write fewer rows.
+    active (INGEST_ROWS_PER_BATCH events × subscriptions looked at). A batch writes about
+    one held row per watcher (docs/events.md#how-events-are-held), so larger batches write
+    fewer rows.
+
+    The batch is matched before the write lock is taken, and the write transaction only
+    claims the cursor (if it is still where the batch was read from) and writes: on SQLite
+    one writer holds the database at a time, and matching a batch for hundreds of
+    subscriptions made every event writer wait for it. A batch another ingester claimed
+    first is left to it, and the next one is read (at most INGEST_ATTEMPTS tries).
     """
+    for _attempt in range(INGEST_ATTEMPTS):
+        try:
+            return _ingest_once(runtime, now, limit)
+        except held.Lost:
+            continue
+    return 0
+
+
+def _ingest_once(runtime: Runtime, now: datetime, limit: int | None) -> int:
+    batch = read_batch(now, limit)
+    return 0 if batch is None else claim_and_hold(runtime, now, batch)
+
+
+@dataclass
+class Batch:
+    """A batch read past the cursor `after` and matched, not claimed yet."""
+
+    after: int
+    matched: matching.Match
+
+
+def read_batch(now: datetime, limit: int | None = None) -> Batch | None:
+    """Read the next batch and match it, outside any transaction (the long part)."""
     if limit is None:
         active = Subscription.select().where(Subscription.ended_at.is_null()).count()
         limit = max(1, min(INGEST_BATCH, defaults.INGEST_ROWS_PER_BATCH // max(1, active)))
     cursor = _cursor()
     events = list(Event.select().where(Event.seq > cursor).order_by(Event.seq).limit(limit))
     events = committed_in_order(cursor, events, now, EVENT_GAP_GRACE)
-    if not events:
-        return 0
-    to_schedule: list[str] = []
-    try:
-        with write_transaction():
-            claimed = (
-                Setting.update(value=events[-1].seq)
-                .where((Setting.key == CURSOR_KEY) & (Setting.value == cursor))
-                .execute()
-            )
-            if claimed != 1:
-                raise held.Lost
-            _touched, to_schedule = holding.hold(events, now, subscription_rules.timing(runtime))
-    except held.Lost:
-        return 0
+    return Batch(cursor, matching.match(events)) if events else None
+
+
+def claim_and_hold(runtime: Runtime, now: datetime, batch: Batch) -> int:
+    """Claim `batch` (the cursor moves on only if it is still where the batch was read from)
+    and hold it, in one short write transaction; returns how many events. Raises `held.Lost`
+    when another ingester claimed it first: nothing is written and the work is dropped."""
+    events = batch.matched.events
+    with write_transaction():
+        claimed = (
+            Setting.update(value=events[-1].seq)
+            .where((Setting.key == CURSOR_KEY) & (Setting.value == batch.after))
+            .execute()
+        )
+        if claimed != 1:
+            raise held.Lost
+        matched = batch.matched
+        if not matched.still_holds():
+            matched = matching.match(events)  # a subscription or a title changed meanwhile
+        _touched, to_schedule = holding.hold(matched, now, subscription_rules.timing(runtime))
     for due in {due for watcher_id in to_schedule if (due := held.next_due(watcher_id)) is not None}:
         due_jobs.enqueue_due(runtime, due)
     return len(events)
@@ -96,18 +139,69 @@ def ingest_pending(runtime: Runtime, now_reader: Any, budget_seconds: float | No
     """Ingest batch after batch until nothing new is left (or `budget_seconds` have passed);
     returns how many events.
 
+    One relay process at a time does it (a lock in Redis, as for deliveries): every event
+    commit enqueues an ingestion, and ingesters that read the same batch would each match it
+    (the long part) for all but one to drop the work. A caller that finds the lock taken
+    returns at once; the holder, once it gives the lock back, looks again for events
+    committed meanwhile. Without Redis all go on: the cursor claim keeps every event held once.
+
     On SQLite one writer holds the database at a time, and a waiting writer only retries
     now and then (its busy timeout): a loop that starts its next batch the moment the last
     one commits would keep deliveries, turns and requests waiting until they time out. So
     between batches it gives the write lock up for INGEST_PAUSE_SECONDS.
     """
     started = time.monotonic()
+    lock = keys.ingest_lock(runtime.config.namespace)
+    lease = max(1, int(runtime.time("DELIVERY_LOCK_SECONDS")))
     total = 0
-    while (count := ingest(runtime, now_reader())) > 0:
-        total += count
-        if budget_seconds is not None and time.monotonic() - started >= budget_seconds:
-            break
-        if is_sqlite():
-            with released_connection():
-                time.sleep(runtime.time("INGEST_PAUSE_SECONDS"))
-    return total
+    while True:
+        made_in_round = 0
+        token = secrets.token_hex(8)
+        try:
+            if not runtime.redis.set(lock, token, nx=True, ex=lease):
+                return total
+        except redis.RedisError:
+            token = ""
+        try:
+            while (count := ingest(runtime, now_reader())) > 0:
+                total += count
+                made_in_round += count
+                if budget_seconds is not None and time.monotonic() - started >= budget_seconds:
+                    return total
+                if token:
+                    _renew(runtime, lock, token, lease)
+                if is_sqlite():
+                    with released_connection():
+                        time.sleep(runtime.time("INGEST_PAUSE_SECONDS"))
+        finally:
+            if token:
+                _release(runtime, lock, token)
+        # A caller that found the lock taken just now left its events to this one (a round
+        # that ingested nothing stops: what is left waits behind a gap, for the sweeper).
+        if not token or not made_in_round or not _pending():
+            return total
+
+
+def _pending() -> bool:
+    return Event.select().where(Event.seq > held.cursor()).exists()
+
+
+def _holds(runtime: Runtime, lock: str, token: str) -> bool:
+    value = runtime.redis.get(lock)
+    return isinstance(value, bytes) and hmac.compare_digest(value, token.encode())
+
+
+def _renew(runtime: Runtime, lock: str, token: str, lease: int) -> None:
+    try:
+        if _holds(runtime, lock, token):
+            runtime.redis.expire(lock, lease)
+    except redis.RedisError:
+        pass
+
+
+def _release(runtime: Runtime, lock: str, token: str) -> None:
+    try:
+        if _holds(runtime, lock, token):
+            runtime.redis.delete(lock)
+    except redis.RedisError:
+        pass
