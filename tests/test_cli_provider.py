@@ -271,9 +271,19 @@ def test_a_json_line_in_an_agents_plain_text_is_reply_text(relay: Relay, desk: A
     assert argv_log(folder)[-1] == ["--", "again"]
 
 
+def a_relay_file(relay: Relay) -> Path:
+    """A file of the relay's own that an agent must never read: the SQLite database, or on
+    PostgreSQL (no database file) a file in the data directory standing in for one."""
+    if relay.config.database_url:
+        stand_in = relay.config.data_dir / "relay-secret.txt"
+        stand_in.write_text("the relay's own\n")
+        return stand_in.resolve()
+    return relay.config.sqlite_path.resolve()
+
+
 def test_an_output_file_outside_the_relays_folder_is_never_served(relay: Relay, desk: Agent) -> None:
     configure(relay)
-    database_file = relay.config.sqlite_path.resolve()
+    database_file = a_relay_file(relay)
     assert database_file.exists()
     done = desk.ok("create_session", relay="this", provider="coder", text=f"#report-file={database_file}", wait_seconds=30)
     [task] = desk.ok("read_session", relay="this", session=done["session"])["tasks"]
@@ -283,7 +293,7 @@ def test_an_output_file_outside_the_relays_folder_is_never_served(relay: Relay, 
 
 def test_a_link_in_the_relays_folder_to_the_database_is_never_served(relay: Relay, desk: Agent) -> None:
     configure(relay)
-    database_file = relay.config.sqlite_path.resolve()
+    database_file = a_relay_file(relay)
     done = desk.ok("create_session", relay="this", provider="coder", text=f"#report-link={database_file}", wait_seconds=30)
     session = done["session"]
     [task] = desk.ok("read_session", relay="this", session=session)["tasks"]
