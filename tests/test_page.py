@@ -269,6 +269,9 @@ def test_every_page_links_to_sessions_inbox_and_settings(relay: Relay, owner: Br
             assert link in page.text, (path, link)
         assert "Sign out" in page.text
         assert "script-src 'self'" in page.headers["Content-Security-Policy"]
+        # The title is a short line of text: no markup of the page slipped into its block.
+        title = page.text.split("<title>", 1)[1].split("</title>", 1)[0]
+        assert "<" not in title and len(title) < 120, (path, title[:200])
 
 
 # CSRF ----------------------------------------------------------------------------------------
