@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from oar.core.db import open_database
+from oar.core.db import database, open_database
 from tests.support.bad_input.world import World, build_world
 from tests.support.clients import Agent
 from tests.support.relays import (
@@ -106,3 +106,15 @@ def two_relays(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iter
         relays = {name: running.relay for name, running in stacks.items()}
         assert all(relays.values())
         yield {name: relay for name, relay in relays.items() if relay is not None}
+
+
+@pytest.fixture
+def own_database_binding() -> Iterator[None]:
+    """For tests that bind the process-wide database proxy themselves: the other tests get
+    theirs back afterwards."""
+    previous = database.obj
+    yield
+    if not database.is_closed():
+        database.close()
+    if previous is not None:
+        database.initialize(previous)

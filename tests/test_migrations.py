@@ -7,7 +7,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import peewee
@@ -25,15 +24,8 @@ from tests.support.servers import create_postgres_database, drop_postgres_databa
 MIGRATION_NAMES = sorted(path.stem for path in MIGRATIONS.glob("[0-9]*.py"))
 
 
-@pytest.fixture(autouse=True)
-def keep_the_shared_database_binding() -> Iterator[None]:
-    """These tests bind the process-wide database proxy; give the other tests theirs back."""
-    previous = database.obj
-    yield
-    if not database.is_closed():
-        database.close()
-    if previous is not None:
-        database.initialize(previous)
+# These tests bind the process-wide database proxy themselves (tests/conftest.py gives it back).
+pytestmark = pytest.mark.usefixtures("own_database_binding")
 
 
 def oar_migrate(env: dict[str, str]) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import peewee
@@ -18,16 +17,8 @@ from oar.core.config import Config
 from oar.core.db import database, is_busy, open_database, prompt_write_transaction
 from tests.support.clients import poll
 
-
-@pytest.fixture(autouse=True)
-def keep_the_shared_database_binding() -> Iterator[None]:
-    """These tests bind the process-wide database proxy; give the other tests theirs back."""
-    previous = database.obj
-    yield
-    if not database.is_closed():
-        database.close()
-    if previous is not None:
-        database.initialize(previous)
+# These tests bind the process-wide database proxy themselves (tests/conftest.py gives it back).
+pytestmark = pytest.mark.usefixtures("own_database_binding")
 
 
 def _sqlite(tmp_path: Path, busy_seconds: float = 30) -> Path:

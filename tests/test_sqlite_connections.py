@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +17,8 @@ import pytest
 from oar.core.config import Config
 from oar.core.db import SQLITE_IDLE_KEPT, database, open_database, release_connection, released_connection
 
-
-@pytest.fixture(autouse=True)
-def keep_the_shared_database_binding() -> Iterator[None]:
-    """These tests bind the process-wide database proxy; give the other tests theirs back."""
-    previous = database.obj
-    yield
-    if not database.is_closed():
-        database.close()
-    if previous is not None:
-        database.initialize(previous)
+# These tests bind the process-wide database proxy themselves (tests/conftest.py gives it back).
+pytestmark = pytest.mark.usefixtures("own_database_binding")
 
 
 @pytest.fixture
