@@ -114,11 +114,6 @@ def open_database(config: Config) -> peewee.Database:
     return db
 
 
-# The parent's connections a forked child inherited, kept referenced so that they are never
-# closed (or freed, which closes them) in the child.
-_inherited: list[Any] = []
-
-
 @contextlib.contextmanager
 def without_lock_wait() -> Iterator[None]:
     """Statements inside do not wait for SQLite's write lock: one that finds it taken fails at
@@ -135,20 +130,6 @@ def without_lock_wait() -> Iterator[None]:
             yield
         finally:
             database.execute_sql(f"PRAGMA busy_timeout = {int(waited)}")
-
-
-def _forget_pooled_connections() -> None:
-    """In a forked child: set the parent's pooled SQLite connections aside unclosed (an SQLite
-    connection must not cross a fork; closing it here could touch the parent's locks)."""
-    db = database.obj
-    if isinstance(db, PooledSqliteDatabase):
-        _inherited.append((db._connections, db._in_use, db._state.conn))
-        db._connections = []
-        db._in_use = {}
-        db._state.reset()
-
-
-os.register_at_fork(after_in_child=_forget_pooled_connections)
 
 
 def is_busy(error: BaseException) -> bool:
