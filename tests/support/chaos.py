@@ -240,9 +240,11 @@ class Chaos(threading.Thread):
                     self.stack.redis_server.flushdb()
                     self.tally.flushes += 1
                     continue
-                if blow.part == WORKER:
-                    self.tally.worker_kills.append(utcnow())
                 self.stack.kill(blow.part)
+                if blow.part == WORKER:
+                    # Read once the worker is dead (kill reaps it): a turn it was starting as the
+                    # signal landed may still have committed its start, and counts as started before.
+                    self.tally.worker_kills.append(utcnow())
                 self.tally.kills[blow.part] += 1
                 time.sleep(blow.down)  # the downtime before the supervisor restarts it
                 restart(self.stack, blow.part)
