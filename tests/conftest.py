@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from oar.core.db import database, open_database
+from tests.support import logcheck
 from tests.support.bad_input.world import World, build_world
 from tests.support.clients import Agent
 from tests.support.relays import (
@@ -118,3 +119,11 @@ def own_database_binding() -> Iterator[None]:
         database.close()
     if previous is not None:
         database.initialize(previous)
+
+
+@pytest.fixture
+def logged(stack: RelayStack) -> Iterator[logcheck.Logged]:
+    """What the relay logs during the test; afterwards: no traceback, no internal error."""
+    with logcheck.watching(stack.logs) as logs:
+        yield logs
+        logs.assert_no_traceback()

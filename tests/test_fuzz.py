@@ -249,14 +249,6 @@ def owner_denying_cards(relay: Relay) -> Iterator[list[str]]:
         thread.join(10)
 
 
-@pytest.fixture
-def logged(stack: RelayStack) -> Any:
-    """What the relay logs during the test; afterwards: no traceback, no internal error."""
-    with logcheck.watching(stack.logs) as logs:
-        yield logs
-        logs.assert_no_traceback()
-
-
 def test_random_action_payloads_always_get_a_spec_shaped_answer(
     relay: Relay, desk: Agent, refs: dict[str, str], logged: logcheck.Logged,
 ) -> None:

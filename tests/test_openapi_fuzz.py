@@ -23,7 +23,7 @@ from schemathesis.checks import (
 
 from tests.support import logcheck, suites
 from tests.support.clients import Agent
-from tests.support.relays import Relay, RelayStack
+from tests.support.relays import Relay
 
 # Examples per operation: valid requests, and requests the document says are invalid
 # (more with OAR_SUITE=full); without the right token, fewer: each is refused before its body is read.
@@ -107,14 +107,6 @@ def external_session(relay: Relay) -> Agent:
 def _arguments_of(case: Any) -> set[str]:
     schema = case.operation.schema.raw_schema["components"]["schemas"].get(case.body.get("action"), {})
     return set(schema.get("properties", {}))
-
-
-@pytest.fixture
-def logged(stack: RelayStack) -> Any:
-    """What the relay logs during the test; afterwards: no traceback, no internal error."""
-    with logcheck.watching(stack.logs) as logs:
-        yield logs
-        logs.assert_no_traceback()
 
 
 def test_it_finds_no_server_error_and_no_answer_the_document_contradicts(
