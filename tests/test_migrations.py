@@ -16,8 +16,8 @@ from playhouse.schema_diff import diff_models
 from oar.core import defaults
 from oar.core.config import Config
 from oar.core.db import database, open_database
-from oar.core.models import MODELS
 from oar.owner.bootstrap import MIGRATIONS
+from tests.support.all_models import ALL_MODELS as MODELS
 from tests.support.processes import PROJECT
 from tests.support.servers import create_postgres_database, drop_postgres_database, postgres_unreachable
 

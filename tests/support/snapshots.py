@@ -8,8 +8,8 @@ from typing import Any
 import peewee
 
 from oar.core.db import database
-from oar.core.models import MODELS
 from oar.providers import ensure_builtin
+from tests.support.all_models import ALL_MODELS as MODELS
 from tests.support.relays import Relay
 
 

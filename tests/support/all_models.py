@@ -1,0 +1,8 @@
+"""Every table of the relay: the core's and each domain package's own (a package with a store of
+its own keeps its models beside its code)."""
+
+from __future__ import annotations
+
+from oar.core.models import MODELS, BaseModel
+
+ALL_MODELS: tuple[type[BaseModel], ...] = MODELS
