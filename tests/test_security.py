@@ -45,8 +45,9 @@ from tests.support.relays import Relay, RelayStack
 PUBLIC = {
     ("GET", "/"), ("POST", "/"), ("GET", "/healthz"), ("GET", "/api/v1/openapi.json"), ("GET", "/static/<path:filename>"),
 }
-# Routes of the agents' side that carry no Operation (MCP speaks JSON-RPC, not the documented API).
-AGENT_ROUTES = {"/mcp"}
+# Routes of the agents' side that carry no Operation (MCP speaks JSON-RPC, not the documented API):
+# `/mcp` and the tool sets beside it at `/mcp/<name>`.
+AGENT_ROUTES = re.compile(r"/mcp(/[a-z_-]+)?")
 REFUSED = {"REMOTE_RELAY_UNAUTHORIZED", "REMOTE_RELAY_PERMISSION"}
 WRONG_AGENT_TOKEN = "oar_s_" + "x" * 43
 WRONG_OWNER_TOKEN = "oar_o_" + "x" * 43
@@ -62,7 +63,7 @@ def routes(app: Flask) -> list[tuple[str, str, str]]:
                 caller = ANYONE
             elif operation is not None:
                 caller = operation.caller
-            elif rule.rule in AGENT_ROUTES:
+            elif AGENT_ROUTES.fullmatch(rule.rule):
                 caller = SESSION
             elif rule.endpoint.startswith("page."):
                 caller = "page"

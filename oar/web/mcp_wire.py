@@ -9,10 +9,11 @@ it is answered "method not found", on which the official clients fall back to `i
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from oar.actions.schema import relay_tool
+from oar.actions.context import CallContext
 
 # Oldest to newest; `initialize` answers the client's version when it is here, else the newest.
 PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
@@ -22,20 +23,32 @@ ASSUMED_PROTOCOL_VERSION = "2025-03-26"
 # `structuredContent` in tool results exists from this revision on.
 STRUCTURED_CONTENT_SINCE = "2025-06-18"
 
-# The unlisted legacy name of the tool, still accepted by tools/call.
-LEGACY_TOOL_NAME = "remote_relay"
-
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 
 SERVER_NAME = "oar-relay"
-INSTRUCTIONS = (
-    "relay_tool acts on OAR relays as the session whose token this connection uses. "
-    "Pass `action` and its arguments; results are the relay's JSON (ok, and code and error when refused). "
-    "A reply that is not ready within the wait answers status running: call wait with its message_id."
-)
+
+
+@dataclass(frozen=True)
+class ToolSet:
+    """What one MCP endpoint offers (`/mcp`, and the compatibility tool sets beside it): its
+    tools, and how a call runs as the calling session."""
+
+    server_name: str
+    instructions: str
+    # `tools/list` entries: name, description, inputSchema (generated, never written by hand).
+    tools: Callable[[], list[dict[str, Any]]]
+    # Runs one call: (context, tool name, arguments) → the JSON answer.
+    call: Callable[[CallContext, str, dict[str, Any]], dict[str, Any]]
+    # Whether an answer is a refusal or a failure (the tool result's `isError`).
+    failed: Callable[[dict[str, Any]], bool]
+    # Unlisted names still accepted by tools/call, and the listed tool each stands for.
+    aliases: Mapping[str, str] = field(default_factory=dict)
+
+    def tool_names(self) -> list[str]:
+        return [tool["name"] for tool in self.tools()]
 
 
 class WireError(Exception):
@@ -94,7 +107,7 @@ def error(request_id: Any, code: int, message: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
 
 
-def initialize_result(params: dict[str, Any], server_version: str) -> dict[str, Any]:
+def initialize_result(params: dict[str, Any], server_version: str, tools: ToolSet) -> dict[str, Any]:
     """The answer to `initialize`: the client's protocol version when the relay speaks it, else its newest."""
     asked = params.get("protocolVersion")
     if not isinstance(asked, str):
@@ -103,30 +116,34 @@ def initialize_result(params: dict[str, Any], server_version: str) -> dict[str, 
     return {
         "protocolVersion": version,
         "capabilities": {"tools": {"listChanged": False}},
-        "serverInfo": {"name": SERVER_NAME, "version": server_version},
-        "instructions": INSTRUCTIONS,
+        "serverInfo": {"name": tools.server_name, "version": server_version},
+        "instructions": tools.instructions,
     }
 
 
-def tool_list() -> dict[str, Any]:
-    """The answer to `tools/list`: the one relay_tool, its schema generated from the registry."""
-    definition = relay_tool()
-    return {"tools": [{"name": definition.name, "description": definition.description, "inputSchema": definition.parameters}]}
+def tool_list(tools: ToolSet) -> dict[str, Any]:
+    """The answer to `tools/list`."""
+    return {"tools": tools.tools()}
 
 
 @dataclass(frozen=True)
 class ToolCall:
+    name: str
     arguments: dict[str, Any]
     progress_token: str | int | None
 
 
-def tool_call(params: dict[str, Any]) -> ToolCall:
-    """The arguments and progress token of a `tools/call`, or WireError (unknown tool, bad params)."""
+def tool_call(params: dict[str, Any], tools: ToolSet) -> ToolCall:
+    """The tool (an alias resolved), arguments and progress token of a `tools/call`, or
+    WireError (unknown tool, bad params)."""
     name = params.get("name")
     if not isinstance(name, str):
         raise WireError(INVALID_PARAMS, "Invalid params: tools/call needs name (a string).")
-    if name not in (relay_tool().name, LEGACY_TOOL_NAME):
-        raise WireError(INVALID_PARAMS, f"Unknown tool: {name[:80]!r}. This server has one tool, {relay_tool().name}.")
+    name = tools.aliases.get(name, name)
+    known = tools.tool_names()
+    if name not in known:
+        offered = f"one tool, {known[0]}" if len(known) == 1 else f"the tools {', '.join(known)}"
+        raise WireError(INVALID_PARAMS, f"Unknown tool: {name[:80]!r}. This server has {offered}.")
     arguments = params.get("arguments", {})
     if arguments is None:
         arguments = {}
@@ -136,14 +153,14 @@ def tool_call(params: dict[str, Any]) -> ToolCall:
     token = meta.get("progressToken") if isinstance(meta, dict) else None
     if isinstance(token, bool) or not isinstance(token, (str, int)):
         token = None
-    return ToolCall(arguments=arguments, progress_token=token)
+    return ToolCall(name=name, arguments=arguments, progress_token=token)
 
 
-def tool_result(body: dict[str, Any], protocol_version: str) -> dict[str, Any]:
-    """The relay's JSON as a tool result: one text item holding it, `structuredContent` where
-    the revision has it, and `isError` when the call was refused (`ok` false)."""
+def tool_result(body: dict[str, Any], protocol_version: str, *, failed: bool) -> dict[str, Any]:
+    """A tool's JSON answer as a tool result: one text item holding it, `structuredContent`
+    where the revision has it, and `isError` when the call was refused or failed."""
     text = json.dumps(body, ensure_ascii=False)
-    value: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": not body.get("ok", False)}
+    value: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": failed}
     if protocol_version in PROTOCOL_VERSIONS and PROTOCOL_VERSIONS.index(protocol_version) >= PROTOCOL_VERSIONS.index(
         STRUCTURED_CONTENT_SINCE
     ):
