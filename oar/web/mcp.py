@@ -116,7 +116,7 @@ def answer(tools: ToolSet, caller: Session, message: mcp_wire.Message, version: 
         if message.method == "tools/call":
             call = mcp_wire.tool_call(message.params, tools)
             if call.progress_token is not None and accepts_event_stream():
-                return streamed_call(tools, runtime(), caller, call, version, request_id)
+                return streamed_call(tools, runtime(), caller, call, call.progress_token, version, request_id)
             ctx = mcp_context(runtime(), caller, capped=True)
             # A client that cut the call (its own timeout) is seen going away: a card it waited on
             # is kept or withdrawn, and nothing is done for it.
@@ -145,7 +145,8 @@ def mcp_context(rt: Runtime, caller: Session, *, capped: bool) -> CallContext:
 
 
 def streamed_call(
-    tools: ToolSet, rt: Runtime, caller: Session, call: mcp_wire.ToolCall, version: str, request_id: Any
+    tools: ToolSet, rt: Runtime, caller: Session, call: mcp_wire.ToolCall, token: str | int, version: str,
+    request_id: Any,
 ) -> Response:
     """Run the call in a thread of its own while the response streams its progress: every
     wait of the call pulses a `notifications/progress`, then the result ends the stream. A
@@ -158,8 +159,7 @@ def streamed_call(
     def pulse() -> None:
         pulses[0] += 1
         waited = int(time.monotonic() - started)
-        assert call.progress_token is not None
-        events.put(mcp_wire.progress(call.progress_token, pulses[0], f"waiting ({waited} s)"))
+        events.put(mcp_wire.progress(token, pulses[0], f"waiting ({waited} s)"))
 
     def run() -> None:
         database.connect(reuse_if_open=True)
