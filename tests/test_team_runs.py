@@ -538,3 +538,66 @@ def test_the_stdio_bridge_serves_the_team_tools_in_the_run_of_relay_session_id(t
     assert [task["title"] for task in answers[2]["tasks"]] == ["Via stdio"]
     # start_session moves the bridge's connection to the new run.
     assert answers[3]["session_id"] == "2026-04-01-011-next" and answers[4]["tasks"] == []
+
+
+def test_the_owner_exports_memory_as_files_and_imports_them_back(team_relay: Relay, tmp_path: Path) -> None:
+    lead = team_relay.conversation("lead")
+    project = tmp_path / "repo"
+    project.mkdir()
+    owner = team_relay.owner
+    kept_roots = owner.get("/api/v1/owner/settings")["settings"]["allowed_roots"]
+    owner.settings(allowed_roots=[str(tmp_path)])
+    try:
+        async def write() -> None:
+            async with team_session(team_relay, lead.token) as call:
+                ok(await call("write_memory", agent_id="exp-be", key="db", content="PostgreSQL"))
+                ok(await call("write_memory", key="goal", content="Ship it"))
+
+        run(write)
+        exported = owner.post("/api/v1/owner/team-runs/memory/export", {"folder": str(project)})
+        assert {".relay/memory/exp-be.md", ".relay/memory/project.md"} <= set(exported["files"])
+        files = project / ".relay" / "memory"
+        assert (files / "exp-be.md").read_text(encoding="utf-8") == "## db\n\nPostgreSQL\n"
+        # The team edits the files in git; the owner imports them back.
+        (files / "exp-be.md").write_text("## db\n\nSQLite first\n", encoding="utf-8")
+        (files / "exp-new.md").write_text("## hello\n\nfrom git\n", encoding="utf-8")
+        (files / ".hidden.md").write_text("x", encoding="utf-8")
+        imported = owner.post("/api/v1/owner/team-runs/memory/import", {"folder": str(project)})
+        assert ".relay/memory/exp-new.md" in imported["imported"]
+        assert imported["skipped"] == [".hidden.md: its name is not an agent id"]
+
+        async def read() -> list[Any]:
+            async with team_session(team_relay, lead.token) as call:
+                return [ok(await call("read_memory", agent_id=agent))["content"] for agent in ("exp-be", "exp-new")]
+
+        assert run(read) == ["## db\n\nSQLite first\n", "## hello\n\nfrom git\n"]
+        status, refused_body = owner.request("POST", "/api/v1/owner/team-runs/memory/export", {"folder": "/etc"})
+        assert status == 400 and "may not use folder" in refused_body["error"] and not Path("/etc/.relay").exists()
+        status, refused_body = owner.request("POST", "/api/v1/owner/team-runs/memory/import", {})
+        assert status == 400 and "needs folder" in refused_body["error"]
+    finally:
+        owner.settings(allowed_roots=kept_roots)
+
+
+def test_the_owner_api_shows_the_runs_and_a_runs_board(team_relay: Relay) -> None:
+    lead = team_relay.conversation("lead")
+    run_id = "2026-04-01-013-ownr"
+
+    async def work() -> str:
+        await started(team_relay, lead.token, run_id)
+        async with team_session(team_relay, lead.token) as call:
+            first = ok(await call("create_task", agent_id="lead", title="One", priority="high"))["task_id"]
+            ok(await call("create_task", agent_id="lead", title="Two", priority="low", depends_on=[first]))
+            ok(await call("claim_task", agent_id="fe", task_id=first))
+            return str(first)
+
+    first = run(work)
+    listed = team_relay.owner.get("/api/v1/owner/team-runs")["runs"]
+    line = next(item for item in listed if item["id"] == run_id)
+    assert line["tasks"] == {"todo": 1, "in_progress": 1, "in_review": 0, "done": 0}
+    assert line["session"] == {"id": lead.session_id, "title": "lead"}
+    view = team_relay.owner.get(f"/api/v1/owner/team-runs/{run_id}")["run"]
+    assert [task["title"] for task in view["board"]["in_progress"]] == ["One"]
+    assert view["board"]["todo"][0]["depends_on"] == [first]
+    status, missing = team_relay.owner.request("GET", "/api/v1/owner/team-runs/2026-04-01-099")
+    assert status == 404 and missing["code"] == "REMOTE_RELAY_NOT_FOUND"
