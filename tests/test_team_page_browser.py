@@ -7,6 +7,7 @@ memory forms' CSRF. The agents act through the official MCP SDK client at /mcp/t
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -22,6 +23,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from tests.support.processes import PROJECT
 from tests.support.relays import Relay
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -143,10 +145,25 @@ def test_the_run_view_shows_the_board_and_a_thought_broadcast_while_it_is_open(r
     assert tab.evaluate("() => window.stillHere") == marker
     assert tab.locator("main img").count() == 0 and tab.locator("main script").count() == 0
     assert tab.dialogs == []  # type: ignore[attr-defined]
+    if os.environ.get("OAR_WRITE_SCREENSHOTS"):
+        tab.screenshot(path=str(PROJECT / "docs" / "screenshots" / "team-run.png"), full_page=True)
 
 
-def test_the_memory_forms_need_the_csrf_token_and_refuse_a_folder_outside_the_roots(relay: Relay, tab: Page) -> None:
+def test_the_list_shows_a_new_run_live_and_its_forms_need_the_csrf_token(relay: Relay, tab: Page) -> None:
     tab.goto("/team-runs")
+    expect(tab.locator(".team-runs")).to_contain_text("No team runs yet")
+    marker = tab.evaluate("() => (window.stillHere = Math.random())")
+    lead = relay.conversation("lead")
+
+    async def start(call: Call) -> None:
+        await call("start_session", agent_id="lead", session_id="2026-05-02-002-list")
+        await call("create_task", agent_id="lead", title="One", priority="low")
+
+    as_agents(relay, lead.token, start)
+    row = tab.locator('[data-run="2026-05-02-002-list"]')
+    expect(row).to_contain_text("started by lead · lead")
+    expect(row).to_contain_text("1 todo")
+    assert tab.evaluate("() => window.stillHere") == marker
     tab.locator("#export-folder").fill("/etc")
     tab.get_by_role("button", name="Export memory").click()
     expect(tab.locator(".flash.error")).to_contain_text('may not use folder "/etc"')

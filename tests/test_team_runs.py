@@ -116,6 +116,14 @@ def test_it_lists_the_23_tools_with_schemas_from_their_tables(team_relay: Relay)
     create = next(tool for tool in listed if tool.name == "create_task").input_schema
     assert create["required"] == ["agent_id", "title", "priority"]
     assert create["properties"]["priority"]["enum"] == ["critical", "high", "medium", "low"]
+    # A call with a progress token is answered within its request (the team tools never wait).
+    call = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {
+        "name": "list_sessions", "arguments": {"agent_id": "lead"}, "_meta": {"progressToken": "p"}}}
+    answered = requests.post(f"{team_relay.url}/mcp/team", json=call, timeout=30, headers={
+        "Authorization": f"Bearer {agent.token}", "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-11-25"})
+    assert answered.headers["Content-Type"].startswith("application/json")
+    assert answered.json()["result"]["structuredContent"]["success"] is True
     for token in (None, "oar_s_not_a_token"):
         response = requests.post(f"{team_relay.url}/mcp/team", json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
                                  headers={"Authorization": f"Bearer {token}"} if token else {}, timeout=30)

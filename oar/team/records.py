@@ -7,7 +7,7 @@ from datetime import datetime
 
 from oar.core.db import write_transaction
 from oar.team.models import TeamRun
-from oar.team.runs import NOTHING, checked_run_id, ensure_run, refuse
+from oar.team.runs import checked_run_id, ensure_run, refuse
 
 
 def save_summary(run_id: str, agent_id: str, summary: str, session_id: str, now: datetime) -> None:
@@ -20,7 +20,7 @@ def save_summary(run_id: str, agent_id: str, summary: str, session_id: str, now:
 def summary_of(run_id: str) -> str:
     run = TeamRun.get_or_none(TeamRun.id == checked_run_id(run_id))
     if run is None:
-        raise refuse(f'There is no team run "{run_id[:80]}". {NOTHING}'.replace(NOTHING, "Nothing was read."))
+        raise refuse(f'There is no team run "{run_id[:80]}". Nothing was read.')
     if run.summary is None:
         raise refuse(f"Team run {run.id} has no summary yet (save_session_summary saves one). Nothing was read.")
     return run.summary

@@ -6,6 +6,8 @@ the run, runs the handler and answers flat: `{success: true, …}` or `{success:
 from __future__ import annotations
 
 import json
+import logging
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -14,13 +16,16 @@ from urllib.parse import urlsplit
 import redis
 
 from oar.core import defaults
-from oar.core.errors import ActionError
+from oar.core.db import is_busy
+from oar.core.errors import ActionError, database_busy
 from oar.core.fields import Param, check_fields, unstorable_text
 from oar.core.schema import object_schema
 from oar.team import agents, artifacts, board, memory, messages, records, runs, thoughts
 from oar.team.kinds import ArtifactType, Priority, ReviewStatus, WorkStatus, values
 from oar.team.models import TeamRun
 from oar.team.runs import NOTHING, TeamCall, checked_agent, refuse
+
+log = logging.getLogger(__name__)
 
 TEXT = defaults.TEAM_TEXT_MAX_CHARS
 AGENT_ID = Param("str", required=True, max_length=64, description="the calling agent's id")
@@ -94,6 +99,15 @@ def call(team_call: TeamCall, name: str, arguments: dict[str, Any]) -> dict[str,
         body = spec.handler(context)
     except ActionError as error:
         return {"success": False, **error.extra, "error": error.message}
+    except Exception as error:
+        # Never a stack trace to an agent: the same flat shape, with a reference into the log.
+        if is_busy(error):
+            log.warning("team tool %s: the database is busy (%s)", name, error)
+            return {"success": False, "error": database_busy().message}
+        reference = secrets.token_hex(4)
+        log.exception("team tool %s failed (log reference %s)", name, reference)
+        return {"success": False,
+                "error": f"The relay failed while running {name} (log reference {reference}). Its changes were rolled back."}
     answer = {"success": True, **body}
     if ignored:
         answer["ignored"] = ignored

@@ -15,7 +15,7 @@ from flask.typing import ResponseReturnValue
 from oar.core import defaults
 from oar.core.errors import ActionError
 from oar.owner import team_runs
-from oar.web import runtime
+from oar.web import page_views, runtime
 from oar.web.page import blueprint, done, form_text, payload_of, refused
 
 __all__ = ["blueprint"]
@@ -23,7 +23,13 @@ __all__ = ["blueprint"]
 
 @blueprint.get("/team-runs")
 def team_runs_list() -> ResponseReturnValue:
-    return render_template("team_runs.html", page_kind="team", runs=team_runs.list_runs(runtime()))
+    listed = team_runs.list_runs(runtime())
+    return render_template("team_runs.html", page_kind="team", runs=listed, version=page_views.digest(listed))
+
+
+@blueprint.get("/live/team-runs")
+def live_team_runs() -> ResponseReturnValue:
+    return jsonify({"ok": True, "regions": {"runs": page_views.digest(team_runs.list_runs(runtime()))}})
 
 
 @blueprint.get("/team-runs/<run_id>")
