@@ -258,42 +258,70 @@ def test_the_circuit_breaker_holds_depth_one_and_three_per_parent(team_relay: Re
     run(work)
 
 
+def at_once(relay: Relay, token: str, count: int, tool: str, arguments: Callable[[int], dict[str, Any]]) -> list[dict[str, Any]]:
+    """`count` SDK clients, each its own connection (two web processes serve them), call `tool` at
+    the same moment (a barrier after their handshakes); their answers."""
+    ready = threading.Barrier(count)
+    answers: list[dict[str, Any]] = []
+
+    def one(index: int) -> None:
+        async def work() -> None:
+            async with team_session(relay, token) as call:
+                await anyio.to_thread.run_sync(ready.wait)
+                answers.append(await call(tool, **arguments(index)))
+
+        run(work)
+
+    threads = [threading.Thread(target=one, args=(index,)) for index in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(answers) == count, answers
+    return answers
+
+
 def test_of_many_concurrent_claims_exactly_one_wins(team_relay: Relay) -> None:
-    """Eight SDK clients, each its own connection, claim the same task at once (two web processes
-    serve them), three tasks in a row: one `claimed: true` each time."""
+    """Eight clients claim the same task at once, three tasks in a row: one `claimed: true` each time."""
     lead = team_relay.conversation("lead")
-    claimers = 8
-    run_id = "2026-04-01-004-race"
-    run(lambda: started(team_relay, lead.token, run_id))
+    run(lambda: started(team_relay, lead.token, "2026-04-01-004-race"))
 
     async def create() -> list[str]:
         async with team_session(team_relay, lead.token) as call:
             return [ok(await call("create_task", agent_id="lead", title=f"Race {n}", priority="high"))["task_id"]
                     for n in range(3)]
 
-    task_ids = run(create)
-    for task_id in task_ids:
-        ready = threading.Barrier(claimers)
-        answers: list[dict[str, Any]] = []
-
-        def claim(index: int, task_id: str = task_id, ready: threading.Barrier = ready,
-                  answers: list[dict[str, Any]] = answers) -> None:
-            async def work() -> None:
-                async with team_session(team_relay, lead.token) as call:
-                    await anyio.to_thread.run_sync(ready.wait)
-                    answers.append(await call("claim_task", agent_id=f"agent{index}", task_id=task_id))
-
-            run(work)
-
-        threads = [threading.Thread(target=claim, args=(index,)) for index in range(claimers)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(60)
-        assert len(answers) == claimers, answers
+    for task_id in run(create):
+        answers = at_once(team_relay, lead.token, 8, "claim_task",
+                          lambda index, task_id=task_id: {"agent_id": f"agent{index}", "task_id": task_id})
         winners = [answer for answer in answers if answer["claimed"]]
         assert len(winners) == 1, answers
         assert all(answer["reason"].startswith("task is in_progress by agent") for answer in answers if not answer["claimed"])
+
+
+def test_the_breaker_and_idempotency_keys_hold_under_concurrent_creates(team_relay: Relay) -> None:
+    lead = team_relay.conversation("lead")
+    run(lambda: started(team_relay, lead.token, "2026-04-01-014-conc"))
+
+    async def parent() -> str:
+        async with team_session(team_relay, lead.token) as call:
+            return str(ok(await call("create_task", agent_id="lead", title="Parent", priority="high"))["task_id"])
+
+    parent_id = run(parent)
+    derived = at_once(team_relay, lead.token, 6, "create_task", lambda index: {
+        "agent_id": "qa", "title": f"Derived {index}", "priority": "low", "parent_task_id": parent_id})
+    assert sum(answer["success"] for answer in derived) == 3, derived
+    assert all("has 3 derived tasks already" in answer["error"] for answer in derived if not answer["success"])
+    keyed = at_once(team_relay, lead.token, 6, "create_task", lambda index: {
+        "agent_id": "lead", "title": f"Keyed {index}", "priority": "low", "idempotency_key": "once"})
+    assert len({ok(answer)["task_id"] for answer in keyed}) == 1, keyed
+    assert sum(not answer.get("duplicate") for answer in keyed) == 1, keyed
+
+    async def tasks() -> list[dict[str, Any]]:
+        async with team_session(team_relay, lead.token) as call:
+            return list(ok(await call("get_all_tasks", agent_id="lead"))["tasks"])
+
+    assert len(run(tasks)) == 1 + 3 + 1
 
 
 def test_artifacts_and_reviews_only_by_the_named_reviewer_and_once(team_relay: Relay) -> None:

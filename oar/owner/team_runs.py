@@ -7,7 +7,9 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from oar.core.errors import not_found
+import redis
+
+from oar.core.errors import invalid, not_found
 from oar.core.fields import Param, check_fields
 from oar.core.models import Session
 from oar.core.runtime import Runtime
@@ -85,20 +87,36 @@ def run_versions(runtime: Runtime, run_id: str) -> dict[str, str]:
 
 
 def recent_thoughts(runtime: Runtime, run_id: str, after: int) -> list[dict[str, Any]]:
+    """The run's thoughts after `after`; none while Redis does not answer (they are only ever there)."""
     run = run_or_404(runtime, run_id)
-    return thoughts.recent(runtime.redis, runtime.config.namespace, run.id, after)
+    try:
+        return thoughts.recent(runtime.redis, runtime.config.namespace, run.id, after)
+    except redis.RedisError:
+        return []
 
 
 def memory_folder(runtime: Runtime, payload: dict[str, Any], nothing: str) -> Path:
     args, _ignored = check_fields("memory files", MEMORY_FOLDER, payload, strict=True, nothing=nothing)
-    return Path(check_folder(args["folder"], runtime.settings()["allowed_roots"], nothing))
+    try:
+        return Path(check_folder(args["folder"], runtime.settings()["allowed_roots"], nothing))
+    except OSError as error:  # a name too long for the file system, a folder it may not look into
+        raise invalid(f'The relay cannot use folder "{args["folder"][:300]}": {error.strerror}. {nothing}') from None
 
 
 def export_memory(runtime: Runtime, payload: dict[str, Any]) -> tuple[str, list[str]]:
     folder = memory_folder(runtime, payload, "Nothing was written.")
-    return str(folder), memory_files.export(folder)
+    try:
+        return str(folder), memory_files.export(folder)
+    except OSError as error:
+        # Files are written one by one: those before the failure are written.
+        raise invalid(f"The memory files could not all be written under {folder}: {error.strerror}. "
+                      "Files before it were written; nothing more was.") from None
 
 
 def import_memory(runtime: Runtime, payload: dict[str, Any]) -> tuple[str, memory_files.Imported]:
-    folder = memory_folder(runtime, payload, "Nothing was changed.")
-    return str(folder), memory_files.import_from(folder)
+    nothing = "Nothing was changed."
+    folder = memory_folder(runtime, payload, nothing)
+    try:
+        return str(folder), memory_files.import_from(folder)
+    except OSError as error:
+        raise invalid(f"The memory files under {folder} could not be read: {error.strerror}. {nothing}") from None
