@@ -23,6 +23,7 @@ RUN_ID = re.compile(r"^(\d{4})-(\d{2})-(\d{2})-(\d{3})(?:-([0-9a-z]{4}))?$")
 # Agent ids name memory files too: letters, digits, dot, dash and underscore, not starting with a dot.
 AGENT_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")
 RUN_ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
+RUNS_PER_DAY = 999  # the most new ids a day has (NNN is three digits)
 NOTHING = "Nothing was changed."
 
 
@@ -72,6 +73,9 @@ def new_run_id(now: datetime) -> str:
     """The next id of `now`'s UTC day: its number that day, then four random characters."""
     day = now.strftime("%Y-%m-%d")
     taken = TeamRun.select().where(TeamRun.id.startswith(f"{day}-")).count()
+    if taken >= RUNS_PER_DAY:
+        raise refuse(f"{RUNS_PER_DAY} team runs were started on {day} already (NNN has three digits): give "
+                     f"session_id to use one of them. {NOTHING}")
     suffix = "".join(secrets.choice(RUN_ID_ALPHABET) for _ in range(4))
     return f"{day}-{taken + 1:03d}-{suffix}"
 
