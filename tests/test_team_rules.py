@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from oar.core import keys
 from oar.core.errors import ActionError
 from oar.team.agents import definitions
 from oar.team.board import find_cycle
@@ -106,3 +107,8 @@ def test_bad_definitions_are_refused_with_the_problem(text: str, says: str) -> N
     with pytest.raises(ActionError) as refused:
         agents_of(text)
     assert says in refused.value.message and refused.value.message.startswith("agents.yml")
+
+
+def test_the_thoughts_keys_keep_their_strings() -> None:
+    assert keys.team_thoughts("oar", "2026-03-14-007") == "oar:team:thoughts:2026-03-14-007"
+    assert keys.team_thought_seq("oar", "2026-03-14-007") == "oar:team:thoughtseq:2026-03-14-007"

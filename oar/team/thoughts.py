@@ -1,7 +1,7 @@
 """`broadcast_thinking` (docs/team-runs.md#thoughts): shown live on the run's view, never stored.
 
 A thought goes to Redis only: the run's newest `TEAM_THOUGHTS_KEPT`, numbered, kept for
-`TEAM_THOUGHTS_KEEP_SECONDS` after the last one, so that a page opened (or polling) a moment
+`OAR_TEAM_THOUGHTS_KEEP_SECONDS` after the last one, so that a page opened (or polling) a moment
 later still shows it. The database never sees it; a flushed Redis forgets it, as intended.
 """
 
@@ -17,16 +17,18 @@ from oar.core import defaults, keys
 from oar.core.timeutil import iso
 
 
-def broadcast(connection: redis.Redis, namespace: str, run_id: str, agent_id: str, content: str, now: datetime) -> int:
-    """The thought's number within its run."""
+def broadcast(
+    connection: redis.Redis, namespace: str, run_id: str, agent_id: str, content: str, now: datetime, keep_seconds: float
+) -> int:
+    """The thought's number within its run; the run's thoughts are kept `keep_seconds` after it."""
     number = int(connection.incr(keys.team_thought_seq(namespace, run_id)))
     entry = json.dumps({"id": number, "agent_id": agent_id, "content": content, "at": iso(now)}, ensure_ascii=False)
     listed = keys.team_thoughts(namespace, run_id)
     with connection.pipeline() as pipe:
         pipe.lpush(listed, entry)
         pipe.ltrim(listed, 0, defaults.TEAM_THOUGHTS_KEPT - 1)
-        pipe.expire(listed, defaults.TEAM_THOUGHTS_KEEP_SECONDS)
-        pipe.expire(keys.team_thought_seq(namespace, run_id), defaults.TEAM_THOUGHTS_KEEP_SECONDS)
+        pipe.expire(listed, max(1, int(keep_seconds)))
+        pipe.expire(keys.team_thought_seq(namespace, run_id), max(1, int(keep_seconds)))
         pipe.execute()
     return number
 

@@ -379,7 +379,8 @@ def list_pool_agents(ctx: ToolCall) -> dict[str, Any]:
 def broadcast_thinking(ctx: ToolCall) -> dict[str, Any]:
     rt = ctx.call.runtime
     try:
-        thoughts.broadcast(rt.redis, rt.config.namespace, ctx.run.id, ctx.agent_id, ctx.args["content"], ctx.call.now)
+        thoughts.broadcast(rt.redis, rt.config.namespace, ctx.run.id, ctx.agent_id, ctx.args["content"], ctx.call.now,
+                           rt.time("TEAM_THOUGHTS_KEEP_SECONDS"))
     except redis.RedisError as error:
         raise refuse(f"The thought was not shown: the relay's Redis did not answer ({type(error).__name__}). "
                      "Nothing was stored.") from None
