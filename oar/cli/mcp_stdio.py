@@ -32,6 +32,7 @@ from mcp.server.stdio import stdio_server
 
 from oar import __version__
 from oar.core.config import from_environment
+from oar.team.runs import RUN_HEADER
 
 # Connecting to the relay and checking the token: a relay that does not answer this fast is an error.
 CONNECT_SECONDS = 15.0
@@ -39,8 +40,6 @@ CONNECT_SECONDS = 15.0
 CALL_SECONDS = 3700.0
 # The tool sets the bridge serves: the relay's endpoint and the server name it shows.
 TOOL_SETS = {"relay": ("/mcp", "oar-relay"), "team": ("/mcp/team", "oar-relay-team")}
-# The header naming a team request's run (oar.web.mcp_team reads it).
-RUN_HEADER = "Relay-Session-Id"
 
 
 class ConfigurationError(Exception):

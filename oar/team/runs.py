@@ -25,6 +25,8 @@ AGENT_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")
 RUN_ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
 RUNS_PER_DAY = 999  # the most new ids a day has (NNN is three digits)
 NOTHING = "Nothing was changed."
+# The HTTP header in which a request names its run (the stdio bridge sends its RELAY_SESSION_ID in it).
+RUN_HEADER = "Relay-Session-Id"
 
 
 @dataclass(frozen=True)

@@ -15,16 +15,13 @@ from flask import Blueprint, request
 from oar.actions.context import CallContext
 from oar.core import ids
 from oar.team import tools
-from oar.team.runs import TeamCall
+from oar.team.runs import RUN_HEADER, TeamCall
 from oar.web import mcp_wire
 from oar.web.auth import bearer_token
 from oar.web.mcp import add_endpoint
 from oar.web.mcp_wire import ToolSet
 
 blueprint = Blueprint("mcp_team", __name__)
-
-# The header naming the run of a request (the stdio bridge sends its RELAY_SESSION_ID in it).
-RUN_HEADER = "Relay-Session-Id"
 
 
 def run_team_tool(ctx: CallContext, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
