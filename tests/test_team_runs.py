@@ -173,7 +173,9 @@ def test_messages_go_to_one_agent_or_everyone(team_relay: Relay) -> None:
         await started(team_relay, lead.token, "2026-04-01-001-msgs")
         async with team_session(team_relay, lead.token) as call:
             direct = ok(await call("send_message", agent_id="lead", to="fe", content="Start with login", thread_id="t1"))
-            ok(await call("send_message", agent_id="lead", content="Standup in 5"))
+            # An argument the tool does not take (the seed's clients add session_id) is ignored and said so.
+            assert ok(await call("send_message", agent_id="lead", content="Standup in 5",
+                                 session_id="2026-04-01-001-msgs"))["ignored"] == ["session_id"]
             ok(await call("send_message", agent_id="be", to="lead", content="API ready"))
             inbox = ok(await call("get_messages", agent_id="fe"))["messages"]
             assert [(m["from_agent"], m["to_agent"], m["content"], m["thread_id"]) for m in inbox] == [
