@@ -38,8 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     call.add_argument("action", nargs="?")
     call.add_argument("arguments", nargs="*", help="key=value; values are JSON when they parse as JSON")
-    commands.add_parser(
+    mcp = commands.add_parser(
         "mcp", help="serve relay_tool over MCP on stdin/stdout, forwarded to the relay at OAR_URL as OAR_TOKEN's session"
+    )
+    mcp.add_argument(
+        "--tools", choices=("relay", "team"), default=os.environ.get("OAR_MCP_TOOLS") or "relay",
+        help="relay: relay_tool (/mcp); team: the team tools (/mcp/team), in the run RELAY_SESSION_ID names "
+             "(default: $OAR_MCP_TOOLS, else relay)",
     )
     docs = commands.add_parser("docs", help="print a reference generated from the code: oar docs actions [--write]")
     docs.add_argument("reference", choices=("actions",))
@@ -70,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "mcp":
         from oar.cli.mcp_stdio import main as serve_mcp
 
-        return serve_mcp()
+        return serve_mcp(args.tools)
     if args.command == "docs":
         return _docs(args.write)
     if args.show_help or not args.action:

@@ -174,3 +174,17 @@ PROVIDER_READ_TIMEOUT_SECONDS = 120
 # The database (docs/errors.md, docs/operations.md).
 SQLITE_BUSY_SECONDS = 30  # how long an SQLite writer waits for another's lock before giving up
 DATABASE_BUSY_RETRY_SECONDS = 5  # Retry-After of a call that found the database busy (503)
+
+# Team runs (docs/team-runs.md#limits).
+TEAM_TEXT_MAX_CHARS = 100_000  # a message, a task description, an artifact, a summary, a saved state
+TEAM_MEMORY_MAX_CHARS = 200_000  # one memory file after a write or an append
+TEAM_THOUGHT_MAX_CHARS = 2_000  # one broadcast_thinking
+TEAM_THOUGHTS_KEPT = 50  # the newest thoughts of a run that an opened page can still show (Redis only)
+TEAM_THOUGHTS_KEEP_SECONDS = 3600  # how long Redis keeps a run's recent thoughts after the last one
+TEAM_MESSAGES_RETURNED = 500  # get_messages answers at most this many, the newest
+TEAM_WORK_ITEMS_PER_RUN = 1_000  # tasks on one run's board
+TEAM_DEPENDENCIES_MAX = 50  # depends_on entries of one task
+TEAM_DERIVED_PER_PARENT = 3  # the circuit breaker: derived tasks of one parent
+TEAM_DERIVED_DEPTH = 1  # the circuit breaker: how deep derived tasks may nest
+TEAM_AGENT_FILE_MAX_BYTES = 1_000_000  # a team or pool YAML file the relay reads
+TEAM_THOUGHTS_POLL_MS = 400  # how often an open run view asks for new thoughts (under a second)

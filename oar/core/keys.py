@@ -121,3 +121,16 @@ def delivery_job_id(stamp_ms: int, suffix: str = "") -> str:
 def schedule_job_id(schedule_id: str, due_ms: int) -> str:
     """The job firing a schedule at one due time (UTC milliseconds)."""
     return f"{schedule_id}-{due_ms}"
+
+
+# Team runs -------------------------------------------------------------------------------
+
+
+def team_thoughts(namespace: str, run_id: str) -> str:
+    """A run's newest `broadcast_thinking` entries (JSON, newest first): shown live, never stored."""
+    return f"{namespace}:team:thoughts:{run_id}"
+
+
+def team_thought_seq(namespace: str, run_id: str) -> str:
+    """The counter numbering a run's thoughts, so that an open page asks only for newer ones."""
+    return f"{namespace}:team:thoughtseq:{run_id}"

@@ -118,14 +118,16 @@ def create_app(config: Config | None = None) -> Flask:
                 response.headers["Retry-After"] = str(max(1, math.ceil(wait)))
         return response
 
-    from oar.web import api, external, health, mcp, openapi, owner, page
+    from oar.web import api, external, health, mcp, mcp_team, openapi, owner, page, page_team
 
-    app.register_blueprint(page.blueprint)
+    # The page's blueprint, with the team runs' routes added (its sign-in check and CSRF apply to them).
+    app.register_blueprint(page_team.blueprint)
     app.register_blueprint(api.blueprint)
     app.register_blueprint(owner.blueprint)
     app.register_blueprint(external.blueprint)
     app.register_blueprint(health.blueprint)
     app.register_blueprint(mcp.blueprint)
+    app.register_blueprint(mcp_team.blueprint)
     app.register_blueprint(openapi.blueprint)
     return app
 

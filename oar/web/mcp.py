@@ -115,7 +115,7 @@ def answer(tools: ToolSet, caller: Session, message: mcp_wire.Message, version: 
             return jsonify(mcp_wire.result(request_id, mcp_wire.tool_list(tools)))
         if message.method == "tools/call":
             call = mcp_wire.tool_call(message.params, tools)
-            if call.progress_token is not None and accepts_event_stream():
+            if call.progress_token is not None and tools.waits and accepts_event_stream():
                 return streamed_call(tools, runtime(), caller, call, call.progress_token, version, request_id)
             ctx = mcp_context(runtime(), caller, capped=True)
             # A client that cut the call (its own timeout) is seen going away: a card it waited on

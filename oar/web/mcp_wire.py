@@ -46,6 +46,9 @@ class ToolSet:
     failed: Callable[[dict[str, Any]], bool]
     # Unlisted names still accepted by tools/call, and the listed tool each stands for.
     aliases: Mapping[str, str] = field(default_factory=dict)
+    # Whether its calls may wait: then a call that gave a progress token streams its progress from a
+    # thread of its own. Tools that never wait answer within the request (and may read its headers).
+    waits: bool = True
 
     def tool_names(self) -> list[str]:
         return [tool["name"] for tool in self.tools()]

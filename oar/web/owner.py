@@ -14,12 +14,12 @@ from flask.typing import ResponseReturnValue
 from oar.core import settings as relay_settings
 from oar.core.errors import invalid
 from oar.core.fields import unstorable_text
-from oar.owner import conversations, groups, inbox, providers, schedules, settings, signins, subscriptions
+from oar.owner import conversations, groups, inbox, providers, schedules, settings, signins, subscriptions, team_runs
 from oar.providers import settings as provider_settings
 from oar.web import runtime
 from oar.web.auth import require_owner
 from oar.web.bodies import json_body
-from oar.web.described import MAYBE_TEXT, OBJECT, OBJECTS, OWNER, TEXT, Operation, described
+from oar.web.described import MAYBE_TEXT, OBJECT, OBJECTS, OWNER, TEXT, TEXTS, Operation, described
 
 blueprint = Blueprint("owner", __name__, url_prefix="/api/v1/owner")
 
@@ -292,3 +292,35 @@ def unsubscribe(subscription_id: str) -> ResponseReturnValue:
     """The page's Unsubscribe: the subscription ends with endReason `unsubscribed` (docs/events.md#lifetime)."""
     ended, row = subscriptions.end_subscription(runtime(), subscription_id)
     return ok(ended=ended, subscription=subscriptions.subscription_view(row))
+
+
+# Team runs (docs/team-runs.md#the-owner-api) ------------------------------------------------
+
+
+@blueprint.get("/team-runs")
+@described(owner("Every team run, newest first, with its task counts", answer={"runs": OBJECTS}))
+def list_team_runs() -> ResponseReturnValue:
+    return ok(runs=team_runs.list_runs(runtime()))
+
+
+@blueprint.get("/team-runs/<run_id>")
+@described(owner("A team run: its board by status, messages, artifacts with reviews, and memory",
+                 answer={"run": OBJECT}))
+def read_team_run(run_id: str) -> ResponseReturnValue:
+    return ok(run=team_runs.run_view(runtime(), run_id))
+
+
+@blueprint.post("/team-runs/memory/export")
+@described(owner("Write the team memory as .relay/memory/*.md files under a folder",
+                 body=team_runs.MEMORY_FOLDER, answer={"folder": TEXT, "files": TEXTS}))
+def export_team_memory() -> ResponseReturnValue:
+    folder, files = team_runs.export_memory(runtime(), body())
+    return ok(folder=folder, files=files)
+
+
+@blueprint.post("/team-runs/memory/import")
+@described(owner("Read the team memory from a folder's .relay/memory/*.md files",
+                 body=team_runs.MEMORY_FOLDER, answer={"folder": TEXT, "imported": TEXTS, "skipped": TEXTS}))
+def import_team_memory() -> ResponseReturnValue:
+    folder, found = team_runs.import_memory(runtime(), body())
+    return ok(folder=folder, imported=found.imported, skipped=found.skipped)

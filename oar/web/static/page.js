@@ -2,15 +2,17 @@
 //
 // The page is rendered by the server. Its <main data-live="…"> names a JSON endpoint that
 // answers the version of each region (data-region / data-version) and, on a session page,
-// the reply being written. About once a second the page asks; when a region's version
+// the reply being written. About once a second (a team run's view: more often, for its live
+// Thoughts) the page asks; when a region's version
 // changed, it fetches the page again and swaps just those regions (parsed by DOMParser, so
 // the server's escaping stays intact); the reply being written is updated with textContent.
 // Data never goes through innerHTML.
 (function () {
   "use strict";
 
-  const POLL_MS = 1000;
   const root = document.querySelector("main[data-live]");
+  // A team run's view asks more often, so that a thought shows within a second.
+  const POLL_MS = Number((root && root.dataset.pollMs) || 1000);
 
   function region(name, doc) {
     return (doc || document).querySelector('[data-region="' + name + '"]');
@@ -55,12 +57,42 @@
     }
   }
 
+  // A team run's Thoughts panel: entries the live answer brought, appended as text.
+  function showThoughts(thoughts) {
+    const list = document.querySelector("[data-thoughts]");
+    if (!list || !thoughts) return;
+    for (const thought of thoughts) {
+      if (thought.id <= Number(list.dataset.after || 0)) continue;
+      const item = document.createElement("li");
+      item.className = "thought";
+      item.dataset.thought = String(thought.id);
+      const agent = document.createElement("span");
+      agent.className = "agent";
+      agent.textContent = thought.agent_id;
+      const text = document.createElement("span");
+      text.className = "text";
+      text.textContent = thought.content;
+      item.append(agent, " ", text);
+      list.append(item);
+      list.dataset.after = String(thought.id);
+      list.scrollTop = list.scrollHeight;
+    }
+  }
+
+  function liveUrl() {
+    const list = document.querySelector("[data-thoughts]");
+    if (!list) return root.dataset.live;
+    const url = new URL(root.dataset.live, window.location.href);
+    url.searchParams.set("after", list.dataset.after || "0");
+    return url.toString();
+  }
+
   let polling = false;
   async function poll() {
     if (polling || document.hidden) return;
     polling = true;
     try {
-      const response = await fetch(root.dataset.live, {
+      const response = await fetch(liveUrl(), {
         credentials: "same-origin", cache: "no-store", headers: { Accept: "application/json" },
       });
       if (response.status === 401) {
@@ -71,6 +103,7 @@
       const data = await response.json();
       const follow = nearBottom();
       if ("inFlight" in data) showInFlight(data.inFlight);
+      if ("thoughts" in data) showThoughts(data.thoughts);
       const stale = Object.keys(data.regions || {}).filter(function (name) {
         const current = region(name);
         return current && current.dataset.version !== data.regions[name];
