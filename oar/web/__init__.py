@@ -118,7 +118,7 @@ def create_app(config: Config | None = None) -> Flask:
                 response.headers["Retry-After"] = str(max(1, math.ceil(wait)))
         return response
 
-    from oar.web import api, external, health, mcp, openapi, owner, page
+    from oar.web import api, external, health, mcp, openapi, openclaw, owner, page
 
     app.register_blueprint(page.blueprint)
     app.register_blueprint(api.blueprint)
@@ -126,6 +126,7 @@ def create_app(config: Config | None = None) -> Flask:
     app.register_blueprint(external.blueprint)
     app.register_blueprint(health.blueprint)
     app.register_blueprint(mcp.blueprint)
+    app.register_blueprint(openclaw.blueprint)
     app.register_blueprint(openapi.blueprint)
     return app
 

@@ -4,5 +4,6 @@ its own keeps its models beside its code)."""
 from __future__ import annotations
 
 from oar.core.models import MODELS, BaseModel
+from oar.openclaw.models import MODELS as OPENCLAW_MODELS
 
-ALL_MODELS: tuple[type[BaseModel], ...] = MODELS
+ALL_MODELS: tuple[type[BaseModel], ...] = (*MODELS, *OPENCLAW_MODELS)
