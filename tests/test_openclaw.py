@@ -4,13 +4,16 @@ policy, the reply ping-pong and the announce step, sessions_spawn with its annou
 
 from __future__ import annotations
 
+import html
 import json
+import threading
 from datetime import timedelta
 from typing import Any
 
 import anyio
 import httpx2
 import mcp.types as types
+import requests
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
@@ -161,3 +164,142 @@ def _sweep(relay: Relay, minutes: float = 0) -> dict[str, int]:
     assert relay.runtime is not None
     with database.connection_context():
         return runs.sweep(relay.runtime, utcnow() + timedelta(minutes=minutes))
+
+
+# sessions_send ---------------------------------------------------------------------------------------
+
+
+def test_sessions_send_answers_ok_accepted_timeout_and_error(relay: Relay, desk: Agent) -> None:
+    relay.settings(max_ping_pong_turns=0)  # here only the first run matters
+    child = child_of(desk, "helper")
+    sent = ok(desk, "sessions_send", sessionKey=f"oar:{child}", message="ping", timeoutSeconds=30)
+    assert sent["status"] == "ok" and sent["reply"].endswith("\nping") and sent["runId"]
+    assert sent["sessionKey"] == f"oar:{child}"
+    accepted = ok(desk, "sessions_send", sessionKey=child, message="later", timeoutSeconds=0)
+    assert set(accepted) >= {"runId", "status"} and accepted["status"] == "accepted"
+    failed = ok(desk, "sessions_send", label="helper", message="!fail the build broke")
+    assert (failed["status"], failed["error"]) == ("error", "the build broke")
+    slow = ok(desk, "sessions_send", sessionKey=child, message="!sleep 30", timeoutSeconds=1)
+    assert slow["status"] == "timeout" and "the run goes on" in slow["error"]
+    desk.ok("stop", relay="this", session=child)  # the run went on: stop it
+    # Over MCP, with the SDK client: the same shape.
+    _tools, results = over_mcp(relay, desk.token, [("sessions_send", {"sessionKey": child, "message": "via mcp"})])
+    body = mcp_json(results[0])
+    assert body["status"] == "ok" and body["reply"].endswith("\nvia mcp")
+
+    # The message carries its provenance, in history and on the page; the target was told an agent wrote it.
+    history = ok(desk, "sessions_history", sessionKey=child, limit=50)["messages"]
+    ping = next(r for r in history if r["content"][0]["text"].endswith("\nping") and r["role"] == "user")
+    assert ping["provenance"] == {"kind": "inter_session", "sourceSessionKey": f"oar:{desk.session_id}",
+                                  "sourceTool": "sessions_send"}
+    assert ping["content"][0]["text"].startswith(f"[inter-session message from oar:{desk.session_id} via sessions_send")
+    page = _page(relay, f"/sessions/{child}")
+    assert f"inter-session from oar:{desk.session_id} via sessions_send" in page
+
+
+def test_sessions_send_refusals_keep_the_reference_texts(relay: Relay, desk: Agent) -> None:
+    child = child_of(desk, "target")
+    other = relay.conversation("elsewhere")
+    cases: list[tuple[dict[str, Any], int, str, str]] = [
+        ({"sessionKey": child}, 400, "error", "message required"),
+        ({"sessionKey": child, "message": ""}, 400, "error", "message required"),
+        ({"sessionKey": child, "message": 5}, 400, "error", "message required"),
+        ({"message": "hi"}, 400, "error", "Either sessionKey or label is required"),
+        ({"label": "nobody", "message": "hi"}, 404, "error", "No session found with label: nobody"),
+        ({"sessionKey": "main", "message": "hi"}, 400, "error",
+         "sessions_send cannot target the calling session; use your own reply instead"),
+        ({"sessionKey": desk.session_id, "message": "hi"}, 400, "error",
+         "sessions_send cannot target the calling session; use your own reply instead"),
+        ({"sessionKey": "oar:nope", "message": "hi"}, 404, "error", "Session not found: oar:nope"),
+        ({"sessionKey": other.session_id, "message": "hi"}, 403, "forbidden",
+         "Session send visibility is restricted to the current session tree (tools.sessions.visibility=tree)."),
+        ({"label": "elsewhere", "message": "hi"}, 404, "error", "No session found with label: elsewhere"),
+    ]
+    for bad in (-1, 1.5, "5", True, [1]):
+        cases.append(({"sessionKey": child, "message": "hi", "timeoutSeconds": bad}, 400, "error",
+                      "timeoutSeconds must be a non-negative integer"))
+    for args, status, shape, error in cases:
+        body = refused(desk, "sessions_send", status, shape, error, **args)
+        assert body["runId"], args
+    for bad_key in (5, "x" * 301):
+        assert oc(desk, "sessions_send", sessionKey=bad_key, message="hi")[0] == 400
+    assert oc(desk, "sessions_send", sessionKey=child, message="x" * 100_001)[0] == 400
+    # Nothing was sent by any of them.
+    assert len(ok(desk, "sessions_history", sessionKey=child)["messages"]) == 2
+
+    # self, and a session of another agent (a second provider) under `agent`.
+    relay.settings(sessions_visibility="self")
+    refused(desk, "sessions_send", 403, "forbidden",
+            "Session send visibility is restricted to the current session (tools.sessions.visibility=self).",
+            sessionKey=child, message="hi")
+    relay.owner.request("PUT", "/api/v1/owner/providers/echo2", {"kind": "echo"})
+    foreign = relay.conversation("foreign", provider="echo2")
+    relay.settings(sessions_visibility="agent")
+    refused(desk, "sessions_send", 403, "forbidden",
+            "Session send visibility is restricted. Set tools.sessions.visibility=all to allow cross-agent access.",
+            sessionKey=foreign.session_id, message="hi")
+    assert ok(desk, "sessions_send", sessionKey=other.session_id, message="same agent", timeoutSeconds=0)["status"] == "accepted"
+
+
+def test_the_send_policy_rules_and_a_sessions_own_override(relay: Relay, desk: Agent) -> None:
+    relay.settings(max_ping_pong_turns=0)
+    child = child_of(desk, "guarded")
+    relay.settings(send_policy={"rules": [{"match": {"channel": "internal"}, "action": "deny"}], "default": "allow"})
+    refused(desk, "sessions_send", 403, "forbidden", "Send blocked by session policy.", sessionKey=child, message="hi")
+    assert relay.owner.request("PUT", f"/api/v1/owner/sessions/{child}/send-policy", {"send_policy": "allow"}) == (
+        200, {"ok": True, "session": child, "sendPolicy": "allow"})
+    assert ok(desk, "sessions_send", sessionKey=child, message="let in", timeoutSeconds=0)["status"] == "accepted"
+    row = next(r for r in ok(desk, "sessions_list")["sessions"] if r["sessionId"] == child)
+    assert row["sendPolicy"] == "allow"
+    relay.owner.request("PUT", f"/api/v1/owner/sessions/{child}/send-policy", {"send_policy": "inherit"})
+    relay.settings(send_policy={"rules": [{"match": {"keyPrefix": "oar:"}, "action": "allow"}], "default": "deny"})
+    assert ok(desk, "sessions_send", sessionKey=child, message="allowed by rule", timeoutSeconds=0)["status"] == "accepted"
+    relay.settings(send_policy={"rules": [{"match": {"keyPrefix": "oar:"}, "action": "allow"},
+                                          {"match": {"chatType": "direct"}, "action": "deny"}], "default": "allow"})
+    refused(desk, "sessions_send", 403, "forbidden", "Send blocked by session policy.", sessionKey=child, message="hi")
+    relay.owner.request("PUT", f"/api/v1/owner/sessions/{child}/send-policy", {"send_policy": "deny"})
+    relay.settings(send_policy={"rules": [], "default": "allow"})
+    refused(desk, "sessions_send", 403, "forbidden", "Send blocked by session policy.", sessionKey=child, message="hi")
+    # Bad policies and overrides change nothing.
+    for bad in ({"rules": [{"match": {"color": "red"}, "action": "deny"}]}, {"default": "maybe"}, [], {"rules": "x"}):
+        assert relay.owner.request("PATCH", "/api/v1/owner/settings", {"send_policy": bad})[0] == 400
+    assert relay.owner.request("PUT", f"/api/v1/owner/sessions/{child}/send-policy", {"send_policy": "sometimes"})[0] == 400
+    assert relay.owner.request("PUT", "/api/v1/owner/sessions/nope/send-policy", {"send_policy": "allow"})[0] == 404
+    assert relay.owner.get("/api/v1/owner/settings")["settings"]["send_policy"] == {"rules": [], "default": "allow"}
+
+
+def test_sessions_send_passes_the_dispatchers_rules(relay: Relay, desk: Agent) -> None:
+    relay.settings(max_ping_pong_turns=0)
+    child = child_of(desk, "ruled")
+    relay.settings(rate_calls_per_minute=2)
+    ok(desk, "sessions_send", sessionKey=child, message="one", timeoutSeconds=0)
+    ok(desk, "sessions_send", sessionKey=child, message="two", timeoutSeconds=0)
+    status, body = oc(desk, "sessions_send", sessionKey=child, message="three", timeoutSeconds=0)
+    assert (status, body["status"], body["code"]) == (429, "error", "REMOTE_RELAY_RATE_LIMITED") and body["retryAfterSeconds"]
+    relay.settings(rate_calls_per_minute=0, agent_sessions_enabled=False)
+    status, body = oc(desk, "sessions_send", sessionKey=child, message="off", timeoutSeconds=0)
+    assert (status, body["status"], body["code"]) == (403, "forbidden", "REMOTE_RELAY_LOCAL_DISABLED")
+    status, body = oc(desk, "sessions_list")
+    assert (status, body["code"]) == (403, "REMOTE_RELAY_LOCAL_DISABLED")
+    # In ask mode every write waits on an approval card: the owner denies it.
+    relay.settings(agent_sessions_enabled=True, sessions_visibility="all")
+    asking = relay.conversation("asking", mode="ask")
+    answer: dict[str, Any] = {}
+    call = threading.Thread(target=lambda: answer.update(
+        zip(("status", "body"), oc(asking, "sessions_send", sessionKey=child, message="may I?"), strict=True)))
+    call.start()
+    card = poll("the card", lambda: next((c for c in relay.owner.get("/api/v1/owner/inbox")["cards"]
+                                          if c["session"]["id"] == asking.session_id), None))
+    relay.owner.post(f"/api/v1/owner/cards/{card['id']}", {"decision": "deny"})
+    call.join(60)
+    assert (answer["status"], answer["body"]["status"], answer["body"]["code"]) == (
+        403, "forbidden", "REMOTE_RELAY_APPROVAL_DENIED")
+
+
+def _page(relay: Relay, path: str) -> str:
+    """A page of the owner's, signed in."""
+    http = requests.Session()
+    form = http.get(relay.url + "/", timeout=30).text
+    csrf = form.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
+    http.post(relay.url + "/", data={"csrf_token": csrf, "token": relay.config.owner_token}, timeout=30)
+    return html.unescape(http.get(relay.url + path, timeout=30).text)
