@@ -303,3 +303,131 @@ def _page(relay: Relay, path: str) -> str:
     csrf = form.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
     http.post(relay.url + "/", data={"csrf_token": csrf, "token": relay.config.owner_token}, timeout=30)
     return html.unescape(http.get(relay.url + path, timeout=30).text)
+
+
+# The reply ping-pong and the announce step ---------------------------------------------------------------
+
+
+def _history(agent: Agent, key: str) -> list[dict[str, Any]]:
+    return ok(agent, "sessions_history", sessionKey=key, limit=50)["messages"]
+
+
+def _texts(records: list[dict[str, Any]], role: str) -> list[str]:
+    return [r["content"][0]["text"] for r in records if r["role"] == role]
+
+
+def _done(run_id: str) -> Run:
+    return poll(f"run {run_id} done", lambda: (run := _run(run_id)).step == "done" and run)
+
+
+def _settled(agent: Agent, key: str) -> list[dict[str, Any]]:
+    """The session's history once no turn of it is open any more."""
+    return poll(f"{key} settled", lambda: (h := _history(agent, key)) and all(
+        r.get("status") in (None, "done", "failed", "stopped", "cancelled") for r in h) and h)
+
+
+def test_an_mcp_caller_has_no_ping_pong_side_and_gets_the_announce(relay: Relay, desk: Agent) -> None:
+    child = child_of(desk, "announcer")
+    sent = ok(desk, "sessions_send", sessionKey=child, message="report", timeoutSeconds=30)
+    run = _done(sent["runId"])
+    assert (run.ping_pong_done, run.outcome, run.requester_runs) == (0, "announced", False)
+    target = _settled(desk, child)
+    announce_step = target[-2]["content"][0]["text"]
+    assert announce_step.startswith(f"[agent-to-agent announce step of sessions_send run {sent['runId']}")
+    assert "Original request (from oar:" in announce_step and "> report" in announce_step
+    # The target's answer to the announce step is posted into the caller's conversation, with the request and replies.
+    own = _settled(desk, "main")
+    posted = next(r for r in own if r.get("relayRole") == "event")["content"][0]["text"]
+    assert f"sessions_send announce from oar:{child} (run {sent['runId']})" in posted
+    assert "Request:\n> report" in posted and "First reply:" in posted and "Latest reply:" in posted
+
+    # ANNOUNCE_SKIP: the target's answer to the announce step; nothing is posted.
+    quiet = ok(desk, "sessions_send", sessionKey=child, message="quietly\n!then ANNOUNCE_SKIP", timeoutSeconds=30)
+    assert _done(quiet["runId"]).outcome == "skipped"
+    assert _texts(_settled(desk, child), "assistant")[-1] == "ANNOUNCE_SKIP"
+    assert len([r for r in _settled(desk, "main") if r.get("relayRole") == "event"]) == 1
+
+
+def _requester(relay: Relay, title: str) -> Agent:
+    """A conversation whose turns the relay runs (echo): its owner's message makes its agent call a tool."""
+    return relay.conversation(title)
+
+
+def _tell(relay: Relay, agent: Agent, text: str) -> None:
+    relay.owner.post(f"/api/v1/owner/sessions/{agent.session_id}/messages", {"text": text})
+
+
+def _run_of(agent: Agent) -> str:
+    """The runId of the sessions_send the agent's own turn made (from its reply's `openclaw:` line)."""
+    def found() -> str | None:
+        for text in _texts(_history(agent, "main"), "assistant"):
+            for line in text.splitlines():
+                if line.startswith("openclaw: "):
+                    return str(json.loads(line[len("openclaw: "):])["runId"])
+        return None
+
+    return poll("the tool call's runId", found)
+
+
+def test_the_ping_pong_ends_on_reply_skip(relay: Relay, desk: Agent) -> None:
+    relay.settings(sessions_visibility="all")
+    target = relay.conversation("target")
+    requester = _requester(relay, "requester")
+    call = json.dumps({"sessionKey": f"oar:{target.session_id}", "message": "shall we?", "timeoutSeconds": 0})
+    _tell(relay, requester, f"!openclaw sessions_send {call}\n!then REPLY_SKIP")
+    run = _done(_run_of(requester))
+    assert (run.requester_runs, run.ping_pong_done, run.max_ping_pong, run.outcome) == (True, 1, 5, "announced")
+    own = _settled(requester, "main")
+    step = next(r for r in own if r["content"][0]["text"].startswith("[inter-session message from oar:" + target.session_id))
+    assert "agent-to-agent reply step 1 of 5" in step["content"][0]["text"]
+    assert step["provenance"] == {"kind": "inter_session", "sourceSessionKey": f"oar:{target.session_id}",
+                                  "sourceTool": "sessions_send"}
+    assert "REPLY_SKIP" in _texts(own, "assistant")
+    # The target had its first turn and the announce step only; its answer reached the requester.
+    target_history = _settled(requester, f"oar:{target.session_id}")
+    assert len(_texts(target_history, "user")) == 2
+    assert any(r.get("relayRole") == "event" and "sessions_send announce from" in r["content"][0]["text"] for r in own)
+
+
+def test_the_ping_pong_runs_to_the_limit_and_a_schedules_conversation_has_none(relay: Relay, desk: Agent) -> None:
+    relay.settings(sessions_visibility="all", max_ping_pong_turns=3)
+    target = relay.conversation("partner")
+    requester = _requester(relay, "talker")
+    call = json.dumps({"sessionKey": target.session_id, "message": "let's talk", "timeoutSeconds": 0})
+    _tell(relay, requester, f"!openclaw sessions_send {call}")
+    run = _done(_run_of(requester))
+    assert (run.ping_pong_done, run.max_ping_pong, run.outcome) == (3, 3, "announced")
+    steps = [t for t in _texts(_settled(requester, "main"), "user")
+             if t.startswith("[inter-session") and "agent-to-agent reply step" in t]
+    assert [s.split("reply step ")[1][:6] for s in steps] == ["1 of 3", "3 of 3"]  # the requester's turns: 1 and 3
+    partner = _settled(requester, f"oar:{target.session_id}")
+    assert ["2 of 3"] == [t.split("reply step ")[1][:6] for t in _texts(partner, "user")
+                          if t.startswith("[inter-session") and "reply step" in t]
+    assert _texts(partner, "user")[-1].startswith("[agent-to-agent announce step")
+
+    # A conversation a schedule fires into gets no ping-pong.
+    schedule = desk.ok("schedule", text="tick", session=target.session_id, every_minutes=60)["schedule_id"]
+    call = json.dumps({"sessionKey": f"cron:{schedule}", "message": "from cron's view", "timeoutSeconds": 0})
+    _tell(relay, requester, f"!openclaw sessions_send {call}")
+    latest = poll("a second run", lambda: _runs_of(requester.session_id)[1:] and _runs_of(requester.session_id)[-1])
+    assert (_done(latest.id).max_ping_pong, _done(latest.id).ping_pong_done) == (0, 0)
+
+
+def _runs_of(session_id: str) -> list[Run]:
+    with database.connection_context():
+        return list(Run.select().where(Run.requester_session_id == session_id).order_by(Run.created_at))
+
+
+def test_the_sweep_takes_a_step_no_worker_took(relay: Relay, desk: Agent) -> None:
+    relay.settings(max_ping_pong_turns=0)
+    child = child_of(desk, "swept")
+    sent = ok(desk, "sessions_send", sessionKey=child, message="once", timeoutSeconds=30)
+    run = _done(sent["runId"])
+    # As if the worker died between the turn's end and the run's step: the run still waits for that turn.
+    with database.connection_context():
+        Run.update(step="main", outcome=None, ended_at=None, awaiting_message_id=run.request_message_id).where(
+            Run.id == run.id).execute()
+    assert _sweep(relay)["advanced"] == 1
+    assert _run(run.id).step in ("announce", "done")  # its announce step is queued (or already answered)
+    assert _done(run.id).outcome == "announced"
+    assert _sweep(relay)["advanced"] == 0

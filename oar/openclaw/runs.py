@@ -16,6 +16,8 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
+from peewee import JOIN
+
 from oar import lifecycle
 from oar.core.db import write_transaction
 from oar.core.models import Message, Session
@@ -308,7 +310,7 @@ def sweep(runtime: Runtime, now: datetime) -> dict[str, int]:
     done = {"advanced": 0, "timed_out": 0, "archived": 0}
     ended = (
         Run.select(Run.awaiting_message_id)
-        .join(Message, on=(Message.id == Run.awaiting_message_id), join_type="LEFT OUTER")
+        .join(Message, on=(Message.id == Run.awaiting_message_id), join_type=JOIN.LEFT_OUTER)
         .where(Run.awaiting_message_id.is_null(False) & (Message.status.in_(FINISHED_TURN) | Message.id.is_null()))
     )
     for row in list(ended):
