@@ -431,3 +431,116 @@ def test_the_sweep_takes_a_step_no_worker_took(relay: Relay, desk: Agent) -> Non
     assert _run(run.id).step in ("announce", "done")  # its announce step is queued (or already answered)
     assert _done(run.id).outcome == "announced"
     assert _sweep(relay)["advanced"] == 0
+
+
+# sessions_spawn ----------------------------------------------------------------------------------------
+
+
+def _announces(agent: Agent) -> list[str]:
+    return [r["content"][0]["text"] for r in _settled(agent, "main")
+            if r.get("relayRole") == "event" and "sessions_spawn: subagent" in r["content"][0]["text"]]
+
+
+def test_spawn_announces_its_real_outcome_then_keeps_and_archives_or_deletes(relay: Relay, desk: Agent) -> None:
+    kept = ok(desk, "sessions_spawn", task="sum the numbers", label="adder")
+    assert set(kept) == {"ok", "status", "runId", "childSessionKey"} and kept["status"] == "accepted"
+    run = _done(kept["runId"])
+    assert run.outcome == "announced" and run.archive_at is not None
+    announce = poll("the announce", lambda: _announces(desk))[0]
+    assert f'subagent "adder" ({kept["childSessionKey"]}) finished.' in announce
+    assert "\nStatus: ok\n" in announce and "Result: echo: [inter-session message from oar:" in announce
+    assert "sum the numbers" in announce and f"Notes: run {kept['runId']}; ran " in announce
+    assert "cleanup keep: the child is kept and archived later" in announce
+    # Archived after spawn_archive_after_minutes (60), not before.
+    assert _sweep(relay)["archived"] == 0
+    assert _sweep(relay, minutes=61)["archived"] == 1
+    assert kept["childSessionKey"] not in {r["key"] for r in ok(desk, "sessions_list")["sessions"]}
+
+    failing = ok(desk, "sessions_spawn", task="!fail no compiler", cleanup="delete", label="builder")
+    assert _done(failing["runId"]).outcome == "announced"
+    announce = poll("the second announce", lambda: _announces(desk)[1:])[0]
+    assert "\nStatus: error: no compiler\n" in announce and "cleanup delete: the child is deleted" in announce
+    poll("the child deleted", lambda: oc(desk, "sessions_history", sessionKey=failing["childSessionKey"])[0] == 404)
+
+    # ANNOUNCE_SKIP: nothing is posted. A reply left empty gives the last tool line as the Result.
+    quiet = ok(desk, "sessions_spawn", task="!reply ANNOUNCE_SKIP")
+    assert _done(quiet["runId"]).outcome == "silent"
+    empty = ok(desk, "sessions_spawn", task='!reply\n!relay {"action": "list_relays"}', mode="session")
+    assert _done(empty["runId"]).archive_at is None  # mode session: the child stays
+    announce = poll("the third announce", lambda: _announces(desk)[2:])[0]
+    assert "Result: relay_tool list_relays · this" in announce
+    assert len(_announces(desk)) == 3
+
+
+def test_spawn_times_out_by_runtimeoutseconds(relay: Relay, desk: Agent) -> None:
+    slow = ok(desk, "sessions_spawn", task="!sleep 60", runTimeoutSeconds=5)
+    poll("the child running", lambda: _history(desk, slow["childSessionKey"])[0].get("status") == "running")
+    assert _sweep(relay)["timed_out"] == 0
+    assert _sweep(relay, minutes=1)["timed_out"] == 1
+    assert _done(slow["runId"]).timed_out
+    assert "\nStatus: timeout\n" in poll("the announce", lambda: _announces(desk))[0]
+
+
+def test_spawn_rules_nesting_agents_and_four_at_work(relay: Relay, desk: Agent) -> None:
+    nested = json.dumps({"task": "grandchild"})
+    parent = ok(desk, "sessions_spawn", task=f"!openclaw sessions_spawn {nested}")
+    _done(parent["runId"])
+    announce = poll("the announce", lambda: _announces(desk))[0]
+    assert '"status":"forbidden"' in announce and "REMOTE_RELAY_NESTED_SESSION" in announce
+    assert "A session that an agent created cannot create sessions." in announce
+    child_id = _run(parent["runId"]).target_session_id
+    # The owner lets it start sessions (and grants the first-start card ahead, as for the tests' own conversations).
+    relay.owner.patch(f"/api/v1/owner/sessions/{child_id}", {"may_create_sessions": True, "approvals": ["create_sessions"]})
+    allowed = desk.ok("send", relay="this", session=child_id, text=f"!openclaw sessions_spawn {nested}", wait_seconds=30)
+    assert '"status":"accepted"' in allowed["reply"]["text"]
+
+    relay.owner.request("PUT", "/api/v1/owner/providers/echo2", {"kind": "echo"})
+    refused(desk, "sessions_spawn", 403, "forbidden", "agentId is not allowed for sessions_spawn (allowed: echo)",
+            task="elsewhere", agentId="echo2")
+    relay.settings(spawn_allow_agents=["echo2"])
+    other_agent = ok(desk, "sessions_spawn", task="elsewhere", agentId="echo2")
+    assert other_agent["childSessionKey"].startswith("agent:echo2:subagent:")
+    relay.settings(tasks_without_sandbox=True)
+    refused(desk, "sessions_spawn", 403, "forbidden",
+            'sessions_spawn sandbox="require" needs a sandboxed target: this relay runs tasks outside its sandbox.',
+            task="boxed", sandbox="require")
+    relay.settings(tasks_without_sandbox=False)
+    _done(other_agent["runId"])
+
+    busy = [ok(desk, "sessions_spawn", task="!sleep 60") for _ in range(4)]
+    body = refused(desk, "sessions_spawn", 409, "error",
+                   "4 sessions you started are still working; wait for one to finish. Nothing was created.", task="fifth")
+    assert body["code"] == "REMOTE_RELAY_SESSION_LIMIT" and body["runId"]
+    for spawned in busy:
+        desk.ok("archive", relay="this", session=_run(spawned["runId"]).target_session_id)
+
+
+def test_bad_input_for_every_parameter(relay: Relay, desk: Agent) -> None:
+    child = child_of(desk, "quiet")
+    cases: dict[str, list[dict[str, Any]]] = {
+        "sessions_list": [{"kinds": ["bogus"]}, {"kinds": "main"}, {"kinds": [3]}, {"limit": 0}, {"limit": 201},
+                          {"limit": "x"}, {"activeMinutes": 0}, {"activeMinutes": 1.5}, {"messageLimit": -1},
+                          {"messageLimit": 51}],
+        "sessions_history": [{}, {"sessionKey": 7}, {"sessionKey": "x" * 301}, {"sessionKey": child, "limit": 0},
+                             {"sessionKey": child, "limit": 51}, {"sessionKey": child, "includeTools": "yes"}],
+        "sessions_spawn": [{}, {"task": 5}, {"task": "x" * 100_001}, {"task": "t", "label": "x" * 201},
+                           {"task": "t", "agentId": 3}, {"task": "t", "model": ["m"]}, {"task": "t", "model": "gpt-none"},
+                           {"task": "t", "thinking": "extreme"}, {"task": "t", "runTimeoutSeconds": -1},
+                           {"task": "t", "runTimeoutSeconds": "soon"}, {"task": "t", "mode": "forever"},
+                           {"task": "t", "cleanup": "burn"}, {"task": "t", "sandbox": "maybe"}],
+    }
+    for tool, bad in cases.items():
+        for args in bad:
+            status, body = oc(desk, tool, **args)
+            assert status == 400 and body["status"] == "error" and body["error"], (tool, args, body)
+    status, body = desk.request("POST", "/api/v1/openclaw/sessions_list", [1])
+    assert (status, body["status"]) == (400, "error")
+    # Nothing was started by any of them.
+    assert [r["key"] for r in ok(desk, "sessions_list")["sessions"]] == ["main", f"oar:{child}"] or {
+        r["key"] for r in ok(desk, "sessions_list")["sessions"]} == {"main", f"oar:{child}"}
+    with database.connection_context():
+        assert Run.select().count() == 0
+    # Bad owner settings for the tools change nothing.
+    for setting, value in (("max_ping_pong_turns", 6), ("max_ping_pong_turns", -1), ("sessions_visibility", "some"),
+                           ("spawn_allow_agents", "echo"), ("spawn_archive_after_minutes", 0)):
+        assert relay.owner.request("PATCH", "/api/v1/owner/settings", {setting: value})[0] == 400, setting

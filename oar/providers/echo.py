@@ -4,7 +4,8 @@ A real provider of the product for demos and tests (docs/providers.md). Directiv
 `!sleep <s>`, `!stream <n> <ms>`, `!fail <message>`, `!relay <json>`, `!ask <question> |
 <option>…` (an `ask_user` card the turn waits on), `!task <command>` (a background
 task in the session's cwd, when the owner setting `allow_shell_tasks` is on; the turn goes on),
-`!openclaw <tool> <json>` (one of OpenClaw's session tools as this session), and `!then <text>`:
+`!openclaw <tool> <json>` (one of OpenClaw's session tools as this session), `!reply <text>` (the
+reply is exactly <text>, the other directives' lines left out), and `!then <text>`:
 the session's next prompts are answered exactly `<text>`, one `!then` line each, in order (how a
 test plays an agent answering `REPLY_SKIP` or `ANNOUNCE_SKIP`, docs/providers.md#echo).
 """
@@ -30,6 +31,7 @@ MAX_SLEEP_SECONDS = 86_400
 # `!then <text>`: the answers the session gives its next prompts, kept as a provider note.
 THEN = "!then "
 SCRIPT_NOTE = "echo_then"
+REPLY = "!reply "
 MAX_STREAM_CHUNKS = 100_000
 
 
@@ -49,7 +51,13 @@ class EchoProvider(Provider):
                 yield TextDelta(answer)
                 return
         plain = "\n".join(line for line in lines if not line.startswith("!")).strip()
-        yield TextDelta("echo: " + (plain or "done"))
+        # `!reply <text>`: the reply is exactly <text>; the other directives still run, their lines left out.
+        exact = [line[len(REPLY):].strip() for line in lines if line == REPLY.strip() or line.startswith(REPLY)]
+        if exact:
+            if exact[-1]:
+                yield TextDelta(exact[-1])
+        else:
+            yield TextDelta("echo: " + (plain or "done"))
         for line in lines:
             if not line.startswith("!"):
                 continue
@@ -59,6 +67,8 @@ class EchoProvider(Provider):
                 yield TurnFailed(f"Unknown echo directive !{name}. Directives: {', '.join('!' + d for d in DIRECTIVES)}.")
                 return
             for event in handler(argument.strip(), control):
+                if exact and isinstance(event, TextDelta):
+                    continue
                 yield event
                 if isinstance(event, TurnFailed):
                     return
@@ -162,7 +172,7 @@ def _openclaw(argument: str, control: TurnControl) -> Iterator[TurnEvent]:
 
 
 def _then(argument: str, control: TurnControl) -> Iterator[TurnEvent]:
-    """Read before the turn runs (`run_turn`); here it writes nothing."""
+    """`!then` and `!reply` are read before the turn runs (`run_turn`); here they write nothing."""
     yield from ()
 
 
@@ -175,4 +185,5 @@ DIRECTIVES = {
     "task": _task,
     "openclaw": _openclaw,
     "then": _then,
+    "reply": _then,
 }
