@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import html
 import json
+import subprocess
+import sys
 import threading
 from datetime import timedelta
 from typing import Any
@@ -23,7 +25,8 @@ from oar.openclaw import runs
 from oar.openclaw.models import Run
 from oar.openclaw.params import input_schema
 from tests.support.clients import Agent, poll
-from tests.support.relays import Relay
+from tests.support.processes import PROJECT
+from tests.support.relays import FAST_TIMES, Relay, relay_environment
 
 
 def oc(agent: Agent, tool: str, **args: Any) -> tuple[int, dict[str, Any]]:
@@ -544,3 +547,22 @@ def test_bad_input_for_every_parameter(relay: Relay, desk: Agent) -> None:
     for setting, value in (("max_ping_pong_turns", 6), ("max_ping_pong_turns", -1), ("sessions_visibility", "some"),
                            ("spawn_allow_agents", "echo"), ("spawn_archive_after_minutes", 0)):
         assert relay.owner.request("PATCH", "/api/v1/owner/settings", {setting: value})[0] == 400, setting
+
+
+def test_the_cli_calls_the_tools(relay: Relay, desk: Agent) -> None:
+    relay.settings(max_ping_pong_turns=0)
+    child = child_of(desk, "from the shell")
+    env = {**relay_environment(relay.config, FAST_TIMES), "OAR_TOKEN": desk.token, "OAR_URL": relay.url}
+
+    def oar(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "oar", *args], cwd=PROJECT, env=env, capture_output=True,
+                              text=True, timeout=120)
+
+    sent = oar("call", "sessions_send", f"sessionKey=oar:{child}", "message=from the CLI", "timeoutSeconds=30")
+    assert sent.returncode == 0, sent.stderr
+    assert json.loads(sent.stdout)["status"] == "ok"
+    refused_call = oar("call", "sessions_send", f"sessionKey={child}", "message=x", "timeoutSeconds=-1")
+    assert refused_call.returncode == 1 and json.loads(refused_call.stdout)["error"] == "timeoutSeconds must be a non-negative integer"
+    shown = oar("call", "sessions_send", "--help")
+    assert shown.returncode == 0 and "timeoutSeconds" in shown.stdout and "message" in shown.stdout
+    assert "sessions_spawn" in oar("call", "--help").stdout

@@ -8,7 +8,7 @@ from typing import Any
 
 from oar.core import defaults
 from oar.core.fields import Param
-from oar.core.schema import object_schema
+from oar.core.schema import limits_text, object_schema, type_text
 from oar.openclaw.keys import KINDS
 
 SESSION_KEY = Param(
@@ -89,3 +89,24 @@ def input_schema(name: str) -> dict[str, Any]:
 def tool_list() -> list[dict[str, Any]]:
     """`tools/list` of `/mcp/openclaw`: the schemas generated from PARAMS."""
     return [{"name": name, "description": DESCRIPTIONS[name], "inputSchema": input_schema(name)} for name in TOOL_NAMES]
+
+
+def call_help() -> str:
+    """The tools, for the end of `oar call --help`."""
+    width = max(len(name) for name in TOOL_NAMES) + 2
+    lines = ["", "OpenClaw's session tools (POST /api/v1/openclaw/<tool>, docs/openclaw.md):"]
+    lines += [f"  {name.ljust(width)}{DESCRIPTIONS[name].split('; ')[0].split('. ')[0]}" for name in TOOL_NAMES]
+    return "\n".join(lines) + "\n"
+
+
+def tool_help(name: str) -> str:
+    """One tool's parameters, for `oar call <tool> --help`, read from PARAMS."""
+    params = PARAMS[name]
+    required = [key for key, param in params.items() if param.required]
+    usage = " ".join([f"oar call {name}", *(f"{key}=…" for key in required), "[key=value ...]"])
+    width = max(len(key) for key in params) + 2
+    lines = [f"usage: {usage}", "", DESCRIPTIONS[name], "", "parameters:"]
+    for key, param in params.items():
+        parts = [type_text(param), "required" if param.required else "", limits_text(param)]
+        lines.append(f"  {key.ljust(width)}{param.description} ({', '.join(part for part in parts if part)})")
+    return "\n".join(lines) + "\n"
