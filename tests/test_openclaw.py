@@ -83,8 +83,13 @@ def test_it_lists_the_four_tools_over_mcp_with_schemas_from_the_table(relay: Rel
     assert [row["key"] for row in listed["sessions"]] == ["main"]
     assert mcp_json(results[1]) == {"ok": False, "status": "error", "error": "Session not found: nope",
                                     "code": "REMOTE_RELAY_NOT_FOUND"}
-    # The same call over HTTP gives the same answer, with the code's status.
+    # The same call over HTTP gives the same answer, with the code's status; the routes are in the OpenAPI
+    # document with the same schemas.
     assert oc(desk, "sessions_history", sessionKey="nope") == (404, mcp_json(results[1]))
+    paths = requests.get(f"{relay.url}/api/v1/openapi.json", timeout=30).json()["paths"]
+    for tool in tools:
+        body = paths[f"/api/v1/openclaw/{tool.name}"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert body == input_schema(tool.name)
 
 
 def test_it_names_sessions_by_key_and_shows_them_by_visibility(relay: Relay, desk: Agent) -> None:
@@ -113,7 +118,8 @@ def test_it_names_sessions_by_key_and_shows_them_by_visibility(relay: Relay, des
     by_key = ok(desk, "sessions_history", sessionKey=f"oar:{child}")
     assert by_key["sessionKey"] == f"oar:{child}"
     assert [r["content"][0]["text"] for r in by_key["messages"]][1] == "echo: hello from child"
-    assert ok(desk, "sessions_history", sessionKey=child)["messages"] == by_key["messages"]
+    by_id = ok(desk, "sessions_history", sessionKey=child)
+    assert (by_id["sessionKey"], by_id["messages"]) == (f"oar:{child}", by_key["messages"])
     assert ok(desk, "sessions_history", sessionKey="global")["sessionKey"] == "main"
     refused(desk, "sessions_history", 404, "error", "Session not found: unknown", sessionKey="unknown")
 
@@ -182,9 +188,6 @@ def test_sessions_send_answers_ok_accepted_timeout_and_error(relay: Relay, desk:
     assert set(accepted) >= {"runId", "status"} and accepted["status"] == "accepted"
     failed = ok(desk, "sessions_send", label="helper", message="!fail the build broke")
     assert (failed["status"], failed["error"]) == ("error", "the build broke")
-    slow = ok(desk, "sessions_send", sessionKey=child, message="!sleep 30", timeoutSeconds=1)
-    assert slow["status"] == "timeout" and "the run goes on" in slow["error"]
-    desk.ok("stop", relay="this", session=child)  # the run went on: stop it
     # Over MCP, with the SDK client: the same shape.
     _tools, results = over_mcp(relay, desk.token, [("sessions_send", {"sessionKey": child, "message": "via mcp"})])
     body = mcp_json(results[0])
@@ -198,6 +201,10 @@ def test_sessions_send_answers_ok_accepted_timeout_and_error(relay: Relay, desk:
     assert ping["content"][0]["text"].startswith(f"[inter-session message from oar:{desk.session_id} via sessions_send")
     page = _page(relay, f"/sessions/{child}")
     assert f"inter-session from oar:{desk.session_id} via sessions_send" in page
+
+    slow = ok(desk, "sessions_send", sessionKey=child, message="!sleep 30", timeoutSeconds=1)
+    assert slow["status"] == "timeout" and "the run goes on" in slow["error"] and slow["messageId"]
+    desk.ok("archive", relay="this", session=child)  # the run went on: end it
 
 
 def test_sessions_send_refusals_keep_the_reference_texts(relay: Relay, desk: Agent) -> None:
