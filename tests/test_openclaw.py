@@ -233,6 +233,8 @@ def test_sessions_send_refusals_keep_the_reference_texts(relay: Relay, desk: Age
         assert body["runId"], args
     for bad_key in (5, "x" * 301):
         assert oc(desk, "sessions_send", sessionKey=bad_key, message="hi")[0] == 400
+    for bad_label in (5, "x" * 201):
+        assert oc(desk, "sessions_send", label=bad_label, message="hi")[0] == 400
     assert oc(desk, "sessions_send", sessionKey=child, message="x" * 100_001)[0] == 400
     # Nothing was sent by any of them.
     assert len(ok(desk, "sessions_history", sessionKey=child)["messages"]) == 2
