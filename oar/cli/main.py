@@ -184,7 +184,7 @@ def _call(action: str, pairs: list[str]) -> int:
 
     from oar.openclaw.params import TOOL_NAMES
 
-    # OpenClaw's tools have routes of their own and take their arguments bare (docs/openclaw.md#the-cli).
+    # OpenClaw's tools have routes of their own and take their arguments bare (docs/openclaw.md#where-the-tools-are).
     path = f"/api/v1/openclaw/{action}" if action in TOOL_NAMES else "/api/v1/relay_tool"
     payload: dict[str, Any] = {} if action in TOOL_NAMES else {"action": action}
     for pair in pairs:

@@ -25,7 +25,7 @@ class Run(BaseModel):
     kind = pw.CharField(max_length=8)  # send | spawn
     requester_session_id = pw.CharField(max_length=32, index=True)
     # Whether the relay runs the requester's turns (its call came from a turn the relay runs);
-    # an MCP or HTTP caller has no side in the ping-pong (docs/openclaw.md#callers-the-relay-does-not-run).
+    # an MCP or HTTP caller has no side in the ping-pong (docs/openclaw.md#callers-the-relay-doesnt-run).
     requester_runs = pw.BooleanField(default=False)
     target_session_id = pw.CharField(max_length=32, index=True)
     # sessions_spawn: the child's key `agent:<agentId>:subagent:<uuid>`, its label and options.

@@ -1,4 +1,4 @@
-"""The one table of each tool's parameters (docs/openclaw.md#tools): the arguments' checks, the
+"""The one table of each tool's parameters (docs/openclaw.md): the arguments' checks, the
 JSON Schemas of `/mcp/openclaw`, the OpenAPI bodies and the CLI's help are all read from it."""
 
 from __future__ import annotations

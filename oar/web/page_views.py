@@ -170,7 +170,7 @@ def messages_version(rows: list[Message]) -> str:
 def conversation(rows: list[Message]) -> list[dict[str, Any]]:
     """The messages as the page shows them."""
     prompt_of_reply = {m.reply_id: m for m in rows if m.reply_id}
-    # Prompts OpenClaw's session tools wrote carry their inter-session provenance (docs/openclaw.md#provenance).
+    # Prompts OpenClaw's session tools wrote carry their inter-session provenance (docs/openclaw.md#sessions_send).
     inter_session = provenance_of([m.id for m in rows if m.from_kind == "agent"])
     items = []
     for message in rows:
