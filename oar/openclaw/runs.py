@@ -99,6 +99,7 @@ def advance(runtime: Runtime, turn_id: str) -> bool:
         return False
     started: list[str] = []
     after: list[tuple[str, Any]] = []
+    archive_minutes = int(runtime.settings()["spawn_archive_after_minutes"]) if run.kind == "spawn" else 0
     with write_transaction():
         claimed = Run.update(awaiting_message_id=None).where(
             (Run.id == run.id) & (Run.awaiting_message_id == turn_id)
@@ -107,7 +108,7 @@ def advance(runtime: Runtime, turn_id: str) -> bool:
             return False
         run = Run.get_by_id(run.id)
         if run.kind == "spawn":
-            after = _spawn_ended(run, turn, runtime.settings()["spawn_archive_after_minutes"])
+            after = _spawn_ended(run, turn, archive_minutes)
         else:
             started = _send_step(run, turn)
     for session_id in started:
