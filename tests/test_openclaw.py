@@ -296,16 +296,28 @@ def test_sessions_send_passes_the_dispatchers_rules(relay: Relay, desk: Agent) -
     # In ask mode every write waits on an approval card: the owner denies it.
     relay.settings(agent_sessions_enabled=True, sessions_visibility="all")
     asking = relay.conversation("asking", mode="ask")
+    status, body = _decided(relay, asking, "deny", "sessions_send", sessionKey=child, message="may I?")
+    assert (status, body["status"], body["code"]) == (403, "forbidden", "REMOTE_RELAY_APPROVAL_DENIED")
+    # Loop protection: the 31st prompt to other sessions without a word from the owner waits for "keep going?".
+    looper = relay.conversation("looper")
+    for number in range(30):
+        assert ok(looper, "sessions_send", sessionKey=child, message=str(number), timeoutSeconds=0)["status"] == "accepted"
+    status, body = _decided(relay, looper, "allow", "sessions_send", sessionKey=child, message="31st", timeoutSeconds=0)
+    assert (status, body["status"]) == (200, "accepted")
+
+
+def _decided(relay: Relay, agent: Agent, decision: str, tool: str, **args: Any) -> tuple[int, dict[str, Any]]:
+    """The tool's call over HTTP waits on a card; the owner decides it. Returns the call's answer."""
     answer: dict[str, Any] = {}
-    call = threading.Thread(target=lambda: answer.update(
-        zip(("status", "body"), oc(asking, "sessions_send", sessionKey=child, message="may I?"), strict=True)))
+    call = threading.Thread(target=lambda: answer.update(zip(("status", "body"), oc(agent, tool, **args), strict=True)))
     call.start()
-    card = poll("the card", lambda: next((c for c in relay.owner.get("/api/v1/owner/inbox")["cards"]
-                                          if c["session"]["id"] == asking.session_id), None))
-    relay.owner.post(f"/api/v1/owner/cards/{card['id']}", {"decision": "deny"})
-    call.join(60)
-    assert (answer["status"], answer["body"]["status"], answer["body"]["code"]) == (
-        403, "forbidden", "REMOTE_RELAY_APPROVAL_DENIED")
+    try:
+        card = poll("the card", lambda: next((c for c in relay.owner.get("/api/v1/owner/inbox")["cards"]
+                                              if c["session"]["id"] == agent.session_id), None))
+        relay.owner.post(f"/api/v1/owner/cards/{card['id']}", {"decision": decision})
+    finally:
+        call.join(60)
+    return answer["status"], answer["body"]
 
 
 def _page(relay: Relay, path: str) -> str:

@@ -267,12 +267,12 @@ def sessions_send(ctx: CallContext, raw: dict[str, Any], run_id: str) -> dict[st
     })
     result: dict[str, Any] = {"runId": run_id, "sessionKey": keyed.key}
     status = body["status"]
-    if status == TurnStatus.DONE:
+    if timeout == 0:  # fire and forget: the run is queued, whatever a fast worker did meanwhile
+        result.update(status="accepted")
+    elif status == TurnStatus.DONE:
         result.update(status="ok", reply=body["reply"]["text"])
     elif status in (TurnStatus.FAILED, TurnStatus.STOPPED, TurnStatus.CANCELLED):
         result.update(status="error", error=body.get("error") or body.get("note") or f"The run ended {status}.")
-    elif timeout == 0:
-        result.update(status="accepted")
     else:
         waited = "is waiting for an answer to a question" if status == TurnStatus.WAITING_FOR_ANSWER else "did not reply"
         result.update(status="timeout", error=(
