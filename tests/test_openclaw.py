@@ -497,7 +497,7 @@ def test_spawn_announces_its_real_outcome_then_keeps_and_archives_or_deletes(rel
 
 
 def test_spawn_times_out_by_runtimeoutseconds(relay: Relay, desk: Agent) -> None:
-    slow = ok(desk, "sessions_spawn", task="!sleep 60", runTimeoutSeconds=5)
+    slow = ok(desk, "sessions_spawn", task="!sleep 120", runTimeoutSeconds=30)
     poll("the child running", lambda: _history(desk, slow["childSessionKey"])[0].get("status") == "running")
     assert _sweep(relay)["timed_out"] == 0
     assert _sweep(relay, minutes=1)["timed_out"] == 1
