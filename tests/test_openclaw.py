@@ -269,7 +269,14 @@ def test_the_send_policy_rules_and_a_sessions_own_override(relay: Relay, desk: A
     relay.settings(send_policy={"rules": [{"match": {"keyPrefix": "oar:"}, "action": "allow"},
                                           {"match": {"chatType": "direct"}, "action": "deny"}], "default": "allow"})
     refused(desk, "sessions_send", 403, "forbidden", "Send blocked by session policy.", sessionKey=child, message="hi")
-    relay.owner.request("PUT", f"/api/v1/owner/sessions/{child}/send-policy", {"send_policy": "deny"})
+    # The page's form sets the same override.
+    browser = _signed_in(relay)
+    page = browser.get(f"{relay.url}/sessions/{child}", timeout=30).text
+    assert '<option value="inherit" selected>' in page
+    saved = browser.post(f"{relay.url}/sessions/{child}/send-policy", data={"csrf_token": _csrf(page), "send_policy": "deny"},
+                         allow_redirects=False, timeout=30)
+    assert saved.status_code in (302, 303), saved.text[:300]
+    assert '<option value="deny" selected>' in browser.get(f"{relay.url}/sessions/{child}", timeout=30).text
     relay.settings(send_policy={"rules": [], "default": "allow"})
     refused(desk, "sessions_send", 403, "forbidden", "Send blocked by session policy.", sessionKey=child, message="hi")
     # Bad policies and overrides change nothing.
@@ -320,12 +327,20 @@ def _decided(relay: Relay, agent: Agent, decision: str, tool: str, **args: Any) 
     return answer["status"], answer["body"]
 
 
+def _csrf(page: str) -> str:
+    return page.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
+
+
+def _signed_in(relay: Relay) -> requests.Session:
+    http = requests.Session()
+    csrf = _csrf(http.get(relay.url + "/", timeout=30).text)
+    http.post(relay.url + "/", data={"csrf_token": csrf, "token": relay.config.owner_token}, timeout=30)
+    return http
+
+
 def _page(relay: Relay, path: str) -> str:
     """A page of the owner's, signed in."""
-    http = requests.Session()
-    form = http.get(relay.url + "/", timeout=30).text
-    csrf = form.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
-    http.post(relay.url + "/", data={"csrf_token": csrf, "token": relay.config.owner_token}, timeout=30)
+    http = _signed_in(relay)
     return html.unescape(http.get(relay.url + path, timeout=30).text)
 
 

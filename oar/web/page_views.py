@@ -15,6 +15,7 @@ from oar import providers
 from oar.approvals import cards
 from oar.core.models import Group, Message, Schedule, Session
 from oar.core.statuses import ERRED_TURN, LIVE_TURN, UNANSWERED_TURN, TurnStatus
+from oar.openclaw.access import overrides
 from oar.openclaw.runs import provenance_of
 from oar.owner.inbox import pending_count, pending_questions
 from oar.owner.providers import provider_view
@@ -245,6 +246,7 @@ def session_page(session: Session) -> dict[str, Any]:
         "group": groups.field_for(session),
         "approvals": cards.approved(session.id, "this"),
         "approvalKinds": APPROVAL_LABELS,
+        "sendPolicy": overrides([session.id]).get(session.id, "inherit"),
     }
     # Versions of exactly what is shown: a turn ending while the page renders must not make an
     # old picture look current.
