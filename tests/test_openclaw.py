@@ -20,6 +20,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from oar.core.db import database
+from oar.core.models import Session
 from oar.core.timeutil import utcnow
 from oar.openclaw import runs
 from oar.openclaw.models import Run
@@ -113,6 +114,10 @@ def test_it_names_sessions_by_key_and_shows_them_by_visibility(relay: Relay, des
     assert child_row["messages"][1]["content"][0]["text"] == "echo: hello from child"
     assert [row["key"] for row in ok(desk, "sessions_list", kinds=["main"])["sessions"]] == ["main"]
     assert len(ok(desk, "sessions_list", limit=1)["sessions"]) == 1
+    with database.connection_context():  # "other" was last active two hours ago
+        Session.update(last_activity_at=utcnow() - timedelta(hours=2)).where(Session.id == other.session_id).execute()
+    assert f"oar:{other.session_id}" not in {row["key"] for row in ok(desk, "sessions_list", activeMinutes=60)["sessions"]}
+    assert f"oar:{other.session_id}" in {row["key"] for row in ok(desk, "sessions_list", activeMinutes=180)["sessions"]}
 
     # History by key, by bare id, by the `global` alias; an agent sees its own conversation as main.
     by_key = ok(desk, "sessions_history", sessionKey=f"oar:{child}")
