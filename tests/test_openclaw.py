@@ -22,6 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 from oar.core.db import database
 from oar.core.models import Session
 from oar.core.timeutil import utcnow
+from oar.engine.reconciler import reconcile
 from oar.openclaw import runs
 from oar.openclaw.models import Run
 from oar.openclaw.params import input_schema
@@ -607,3 +608,21 @@ def test_the_cli_calls_the_tools(relay: Relay, desk: Agent) -> None:
     shown = oar("call", "sessions_send", "--help")
     assert shown.returncode == 0 and "timeoutSeconds" in shown.stdout and "message" in shown.stdout
     assert "sessions_spawn" in oar("call", "--help").stdout
+
+
+def test_a_spawned_run_whose_worker_is_killed_is_still_announced(recovery: Any) -> None:
+    """The turn's worker dies: the reconciler fails the turn, the sweep takes the run's step that the
+    worker never took, and the announce says the real outcome."""
+    stack, relay, _redis = recovery
+    desk = relay.conversation("desk")
+    spawned = ok(desk, "sessions_spawn", task="!sleep 60", label="doomed")
+    poll("the child running", lambda: _history(desk, spawned["childSessionKey"])[0].get("status") == "running", seconds=60)
+    stack.kill("worker")
+    with database.connection_context():
+        poll("the orphaned turn failed", lambda: reconcile(relay.runtime, utcnow()).failed_turns, seconds=30)
+    assert _run(spawned["runId"]).step == "main"  # no worker took the step
+    assert _sweep(relay)["advanced"] == 1
+    run = _run(spawned["runId"])
+    assert (run.step, run.outcome) == ("done", "announced")
+    posted = next(r for r in _history(desk, "main") if r.get("relayRole") == "event")["content"][0]["text"]
+    assert "\nStatus: error: " in posted and 'subagent "doomed"' in posted
