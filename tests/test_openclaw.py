@@ -9,7 +9,7 @@ import json
 import subprocess
 import sys
 import threading
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 import anyio
@@ -103,7 +103,9 @@ def test_it_names_sessions_by_key_and_shows_them_by_visibility(relay: Relay, des
         "main", "main", "webchat")
     assert (listed[child]["key"], listed[child]["kind"], listed[child]["channel"]) == (f"oar:{child}", "other", "internal")
     assert listed[child]["displayName"] == "child" and listed[child]["model"] == "echo-1"
-    assert isinstance(listed[child]["updatedAt"], int) and listed[child]["sendPolicy"] is None
+    # Times are milliseconds since the epoch, in UTC.
+    assert abs(listed[child]["updatedAt"] - utcnow().replace(tzinfo=UTC).timestamp() * 1000) < 3_600_000
+    assert listed[child]["sendPolicy"] is None
     assert "messages" not in listed[child]
 
     relay.settings(sessions_visibility="all")
@@ -124,6 +126,7 @@ def test_it_names_sessions_by_key_and_shows_them_by_visibility(relay: Relay, des
     by_key = ok(desk, "sessions_history", sessionKey=f"oar:{child}")
     assert by_key["sessionKey"] == f"oar:{child}"
     assert [r["content"][0]["text"] for r in by_key["messages"]][1] == "echo: hello from child"
+    assert by_key["messages"][0]["timestamp"] <= by_key["messages"][1]["timestamp"] <= listed[child]["updatedAt"]
     by_id = ok(desk, "sessions_history", sessionKey=child)
     assert (by_id["sessionKey"], by_id["messages"]) == (f"oar:{child}", by_key["messages"])
     assert ok(desk, "sessions_history", sessionKey="global")["sessionKey"] == "main"

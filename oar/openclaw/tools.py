@@ -14,7 +14,7 @@ import logging
 import secrets
 import uuid
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from oar.actions.catalog import load_actions
@@ -99,7 +99,12 @@ def _checked(name: str, raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _ms(moment: Any) -> int:
-    return int(moment.timestamp() * 1000) if moment is not None else 0
+    """A naive UTC datetime as milliseconds since the epoch (the reference's times)."""
+    return int(moment.replace(tzinfo=UTC).timestamp() * 1000) if moment is not None else 0
+
+
+def _iso_ms(text: str | None) -> int:
+    return _ms(datetime.fromisoformat(text.replace("Z", "+00:00")).replace(tzinfo=None)) if text else 0
 
 
 def _sessions_on(ctx: CallContext) -> None:
@@ -194,7 +199,7 @@ def _records(ctx: CallContext, session: Session, limit: int, *, include_tools: b
     for message in messages:
         record: dict[str, Any] = {
             "id": message["id"], "role": "assistant" if message["role"] == "assistant" else "user",
-            "content": [{"type": "text", "text": message["text"]}], "timestamp": message["createdAt"],
+            "content": [{"type": "text", "text": message["text"]}], "timestamp": _iso_ms(message["createdAt"]),
         }
         if message["role"] not in ("user", "assistant"):
             record["relayRole"] = message["role"]
