@@ -26,6 +26,7 @@ from oar.engine.reconciler import reconcile
 from oar.openclaw import runs
 from oar.openclaw.models import Run
 from oar.openclaw.params import input_schema
+from oar.schedules import schedules
 from tests.support.clients import Agent, poll
 from tests.support.processes import PROJECT
 from tests.support.relays import FAST_TIMES, Relay, relay_environment
@@ -459,6 +460,14 @@ def test_the_ping_pong_runs_to_the_limit_and_a_schedules_conversation_has_none(r
     _tell(relay, requester, f"!openclaw sessions_send {call}")
     latest = poll("a second run", lambda: _runs_of(requester.session_id)[1:] and _runs_of(requester.session_id)[-1])
     assert (_done(latest.id).max_ping_pong, _done(latest.id).ping_pong_done) == (0, 0)
+    # Nor does a call made by a turn a schedule started.
+    call = json.dumps({"sessionKey": f"oar:{desk.session_id}", "message": "on schedule", "timeoutSeconds": 0})
+    requester.ok("schedule", text=f"!openclaw sessions_send {call}", every_minutes=60)
+    with database.connection_context():
+        # This one, and the schedule into the partner set above.
+        assert dict(schedules.fire_due(relay.runtime, utcnow() + timedelta(minutes=61))) == {"fired": 2}
+    fired = poll("a third run", lambda: _runs_of(requester.session_id)[2:] and _runs_of(requester.session_id)[-1])
+    assert (fired.target_session_id, _done(fired.id).max_ping_pong, _done(fired.id).ping_pong_done) == (desk.session_id, 0, 0)
 
 
 def _runs_of(session_id: str) -> list[Run]:
