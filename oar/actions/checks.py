@@ -152,10 +152,11 @@ CHECKS: tuple[Check, ...] = (
 )
 
 
-def run_checks(call: Call) -> None:
-    """Raise the first refusal of the call, in the order of CHECKS."""
+def run_checks(call: Call, skip: tuple[str, ...] = ()) -> None:
+    """Raise the first refusal of the call, in the order of CHECKS (but the ones named in `skip`)."""
     for check in CHECKS:
-        check.refuse(call)
+        if check.name not in skip:
+            check.refuse(call)
 
 
 def _is_write(call: Call) -> bool:

@@ -67,6 +67,20 @@ def may_wait(call: Call) -> bool:
     return bool((defaults.DEFAULT_WAIT_SECONDS if requested is None else requested) > 0)
 
 
+def check_only(ctx: CallContext, action: str, args: dict[str, Any], *, counted: bool = True) -> None:
+    """A call's argument check and the named checks (`checks.CHECKS`), without running it: for a
+    tool set that reads the store itself under the same rules (OpenClaw's sessions_list), or that
+    makes its own checks before it dispatches the call (`counted=False`: the rate limit is left to
+    that call, so it counts once; docs/openclaw.md). Raises `ActionError` as the call would."""
+    spec = load_actions()[action]
+    checked, _ignored = check_arguments(spec, {"action": action, "relay": "this", **args})
+    target = resolve_target(ctx, spec, checked)
+    run_checks(
+        Call(ctx=ctx, caller=ctx.calling, target=target, spec=spec, args=checked),
+        skip=() if counted else ("rate limit",),
+    )
+
+
 def _action_name(payload: Any) -> Any:
     return payload.get("action") if isinstance(payload, dict) else None
 

@@ -153,10 +153,14 @@ def _call_help(action: str | None, shown_for_mistake: bool) -> int:
     """The actions, or one action's arguments; exit status 2 when shown for a mistake."""
     from oar.actions import reference
     from oar.actions.catalog import load_actions
+    from oar.openclaw import params as openclaw
 
     if action is None:
-        print(reference.call_help(), end="", file=sys.stderr if shown_for_mistake else sys.stdout)
+        print(reference.call_help() + openclaw.call_help(), end="", file=sys.stderr if shown_for_mistake else sys.stdout)
         return 2 if shown_for_mistake else 0
+    if action in openclaw.TOOL_NAMES:
+        print(openclaw.tool_help(action), end="")
+        return 0
     spec = load_actions().get(action)
     if spec is None:
         print(f"oar call: there is no action {action!r}\n", file=sys.stderr)
@@ -180,10 +184,14 @@ def _docs(write: bool) -> int:
 
 
 def _call(action: str, pairs: list[str]) -> int:
-    """Call relay_tool over HTTP as the session whose token is in OAR_TOKEN."""
+    """Call relay_tool (or one of OpenClaw's session tools) over HTTP as the session whose token is in OAR_TOKEN."""
     import requests
 
-    payload: dict[str, Any] = {"action": action}
+    from oar.openclaw.params import TOOL_NAMES
+
+    # OpenClaw's tools have routes of their own and take their arguments bare (docs/openclaw.md#where-the-tools-are).
+    path = f"/api/v1/openclaw/{action}" if action in TOOL_NAMES else "/api/v1/relay_tool"
+    payload: dict[str, Any] = {} if action in TOOL_NAMES else {"action": action}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep:
@@ -201,7 +209,7 @@ def _call(action: str, pairs: list[str]) -> int:
     try:
         with spinning(f"{action} on {url}", sys.stderr):
             response = requests.post(
-                f"{url}/api/v1/relay_tool", json=payload, headers={"Authorization": f"Bearer {token}"}, timeout=3700
+                f"{url}{path}", json=payload, headers={"Authorization": f"Bearer {token}"}, timeout=3700
             )
     except requests.RequestException as error:
         print(f"oar call: the relay at {url} did not answer: {error}", file=sys.stderr)

@@ -80,12 +80,80 @@ FIELDS: dict[str, Param] = {
     "relay_name": Param("str", max_length=100, description="the relay's name, 1 to 100 characters"),
     "rate_calls_per_minute": Param("int", minimum=0, maximum=100_000, description="0: no limit"),
     "rate_writes_per_minute": Param("int", minimum=0, maximum=100_000, description="0: no limit"),
+    # OpenClaw's session tools (docs/openclaw.md#settings).
+    "max_ping_pong_turns": Param(
+        "int", minimum=defaults.OPENCLAW_MAX_PING_PONG_RANGE[0], maximum=defaults.OPENCLAW_MAX_PING_PONG_RANGE[1],
+        description="sessions_send's reply ping-pong turns",
+    ),
+    "sessions_visibility": Param(
+        "str", choices=defaults.OPENCLAW_VISIBILITIES, description="which sessions OpenClaw's session tools see",
+    ),
+    "send_policy": Param(
+        "object", description="sessions_send's policy: {rules: [{match: {channel, chatType, keyPrefix}, action}], default}",
+    ),
+    "spawn_allow_agents": Param(
+        "list", items=Param("str"), description='agentIds sessions_spawn may name besides the caller\'s own ("*": any)',
+    ),
+    "spawn_archive_after_minutes": Param(
+        "int", minimum=1, maximum=43_200, description="a kept sessions_spawn child is archived this long after its run",
+    ),
 }
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[str, Any], str]:
+    def check(name: str, value: Any) -> str:
+        if not isinstance(value, str) or value.strip().lower() not in choices:
+            raise invalid(f"{name} must be one of {', '.join(choices)}. Nothing was changed.")
+        return value.strip().lower()
+
+    return check
+
+
+def _names(name: str, value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() and len(v) <= 64 for v in value):
+        raise invalid(f"{name} must be a list of names (1 to 64 characters each). Nothing was changed.")
+    return [v.strip() for v in value]
+
+
+SEND_POLICY_ACTIONS = ("allow", "deny")
+SEND_POLICY_MATCH = ("channel", "chatType", "keyPrefix")
+
+
+def _send_policy(name: str, value: Any) -> dict[str, Any]:
+    """OpenClaw's send policy (docs/openclaw.md#send-policy): `{rules: [{match: {channel?, chatType?,
+    keyPrefix?}, action: allow|deny}], default: allow|deny}`."""
+    shape = (
+        f"{name} must be {{rules: [{{match: {{channel?, chatType?, keyPrefix?}}, action: allow|deny}}], "
+        "default: allow|deny}. Nothing was changed."
+    )
+    if not isinstance(value, dict) or set(value) - {"rules", "default"}:
+        raise invalid(shape)
+    default = value.get("default", "allow")
+    rules = value.get("rules", [])
+    if default not in SEND_POLICY_ACTIONS or not isinstance(rules, list) or len(rules) > 100:
+        raise invalid(shape)
+    checked = []
+    for rule in rules:
+        if not isinstance(rule, dict) or set(rule) - {"match", "action"} or rule.get("action") not in SEND_POLICY_ACTIONS:
+            raise invalid(shape)
+        match = rule.get("match", {})
+        if not isinstance(match, dict) or set(match) - set(SEND_POLICY_MATCH) or not all(
+            isinstance(v, str) and 0 < len(v) <= 300 for v in match.values()
+        ):
+            raise invalid(shape)
+        checked.append({"match": dict(match), "action": rule["action"]})
+    return {"rules": checked, "default": default}
 
 
 def _validator(name: str, param: Param) -> Callable[[str, Any], Any]:
     if name == "allowed_roots":
         return _roots
+    if name == "send_policy":
+        return _send_policy
+    if name == "spawn_allow_agents":
+        return _names
+    if param.kind == "str" and param.choices:
+        return _choice(param.choices)
     if name == "relay_name":
         return _name
     if param.kind == "bool":
@@ -119,6 +187,11 @@ def default_settings(config: Config) -> dict[str, Any]:
         "relay_name": config.relay_name,
         "rate_calls_per_minute": defaults.RATE_CALLS_PER_MINUTE,
         "rate_writes_per_minute": defaults.RATE_WRITES_PER_MINUTE,
+        "max_ping_pong_turns": defaults.OPENCLAW_MAX_PING_PONG_TURNS,
+        "sessions_visibility": defaults.OPENCLAW_VISIBILITY,
+        "send_policy": {"rules": [], "default": "allow"},
+        "spawn_allow_agents": [],
+        "spawn_archive_after_minutes": defaults.OPENCLAW_ARCHIVE_AFTER_MINUTES,
     }
 
 

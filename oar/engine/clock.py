@@ -19,6 +19,7 @@ from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
 from oar.engine.due_timer import DueTimer
 from oar.engine.reconciler import reconcile
+from oar.openclaw import runs as openclaw_runs
 from oar.schedules.schedules import fire_due
 from oar.watching.pruning import prune_if_due
 from oar.watching.sweep import sweep
@@ -39,6 +40,10 @@ def tick(runtime: Runtime) -> None:
         swept = sweep(runtime, utcnow())
         if any(swept.values()):
             log.info("deliveries swept: %s", swept)
+        # OpenClaw runs whose step no worker took, spawns past their deadline, children to archive.
+        stepped = openclaw_runs.sweep(runtime, utcnow())
+        if any(stepped.values()):
+            log.info("openclaw runs swept: %s", stepped)
         prune_if_due(runtime, utcnow())  # delivered held rows, old events (docs/limits.md#retention)
     finally:
         database.close()

@@ -34,6 +34,8 @@ from oar.core.signals import publish
 from oar.core.statuses import LIVE_TURN, QuestionStatus, TaskStatus, TurnStatus
 from oar.core.timeutil import utcnow
 from oar.core.waiting import Look, not_yet, settled, wait_on_signals
+from oar.openclaw import runs as openclaw_runs
+from oar.openclaw import tools as openclaw_tools
 from oar.providers import usage
 from oar.providers.base import (
     Activity,
@@ -201,6 +203,7 @@ def execute(runtime: Runtime, turn: Message) -> None:
         Message.update(model=model).where(Message.id == turn.id).execute()
         turn.model = model
     control = TurnControl(call_relay_tool=lambda args: call_relay_tool_as(runtime, session.id, turn.id, args))
+    control.call_openclaw = lambda tool, args: call_openclaw_as(runtime, session.id, turn.id, tool, args)
     watcher = TurnWatcher(runtime, turn, control, runtime.settings()["max_turn_seconds"])
     control.ask_user = lambda question, options, allow_freeform=True: ask_user(
         runtime, turn, watcher, control, question, options, allow_freeform
@@ -358,6 +361,8 @@ def finish(runtime: Runtime, turn: Message, status: TurnStatus, text: str, error
     runtime.signal_turn(turn.id)
     if settled:
         jobs.poke_delivery(runtime)
+        # An OpenClaw run waiting for this turn takes its next step now (the clock's sweep after a crash).
+        openclaw_runs.turn_ended(runtime, turn.id)
     return bool(settled)
 
 
@@ -522,5 +527,14 @@ def call_relay_tool_as(runtime: Runtime, session_id: str, turn_id: str, payload:
     caller = Session.get_by_id(session_id)
     turn = Message.get(Message.id == turn_id)
     _status, body = dispatch(CallContext(runtime=runtime, caller=caller, turn=turn, via="provider"), payload)
+    release_connection()
+    return body
+
+
+def call_openclaw_as(runtime: Runtime, session_id: str, turn_id: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """One of OpenClaw's session tools called by the session's own agent during this turn (echo's `!openclaw`)."""
+    caller = Session.get_by_id(session_id)
+    turn = Message.get(Message.id == turn_id)
+    _status, body = openclaw_tools.call(CallContext(runtime=runtime, caller=caller, turn=turn, via="provider"), tool, arguments)
     release_connection()
     return body

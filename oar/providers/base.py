@@ -167,6 +167,8 @@ class TurnControl:
 
     cancelled: CancelEvent = field(default_factory=CancelEvent)
     call_relay_tool: Callable[[dict[str, Any]], dict[str, Any]] = lambda _args: {}
+    # One of OpenClaw's session tools as the session: (tool name, arguments) → its JSON result.
+    call_openclaw: Callable[[str, dict[str, Any]], dict[str, Any]] = lambda _tool, _args: {}
     # Raise an `ask_user` card and wait for its answer; None when the turn is stopped meanwhile.
     # `allow_freeform=False` makes a card answered only with one of its options (Allow/Deny).
     ask_user: Callable[..., str | None] = lambda _question, _options, allow_freeform=True: None

@@ -2,8 +2,12 @@
 
 A real provider of the product for demos and tests (docs/providers.md). Directives run in order:
 `!sleep <s>`, `!stream <n> <ms>`, `!fail <message>`, `!relay <json>`, `!ask <question> |
-<option>…` (an `ask_user` card the turn waits on), and `!task <command>` (a background
-task in the session's cwd, when the owner setting `allow_shell_tasks` is on; the turn goes on).
+<option>…` (an `ask_user` card the turn waits on), `!task <command>` (a background
+task in the session's cwd, when the owner setting `allow_shell_tasks` is on; the turn goes on),
+`!openclaw <tool> <json>` (one of OpenClaw's session tools as this session), `!reply <text>` (the
+reply is exactly <text>, the other directives' lines left out), and `!then <text>`:
+the session's next prompts are answered exactly `<text>`, one `!then` line each, in order (how a
+test plays an agent answering `REPLY_SKIP` or `ANNOUNCE_SKIP`, docs/providers.md#echo).
 """
 
 from __future__ import annotations
@@ -24,6 +28,10 @@ from oar.providers.base import (
 )
 
 MAX_SLEEP_SECONDS = 86_400
+# `!then <text>`: the answers the session gives its next prompts, kept as a provider note.
+THEN = "!then "
+SCRIPT_NOTE = "echo_then"
+REPLY = "!reply "
 MAX_STREAM_CHUNKS = 100_000
 
 
@@ -34,8 +42,22 @@ class EchoProvider(Provider):
 
     def run_turn(self, request: TurnRequest, control: TurnControl) -> Iterator[TurnEvent]:
         lines = request.prompt.splitlines()
+        scripted = [line[len(THEN):].strip() for line in lines if line.startswith(THEN)]
+        if scripted:
+            control.remember(SCRIPT_NOTE, json.dumps(scripted))
+        else:
+            answer = _next_scripted(control)
+            if answer is not None:
+                yield TextDelta(answer)
+                return
         plain = "\n".join(line for line in lines if not line.startswith("!")).strip()
-        yield TextDelta("echo: " + (plain or "done"))
+        # `!reply <text>`: the reply is exactly <text>; the other directives still run, their lines left out.
+        exact = [line[len(REPLY):].strip() for line in lines if line == REPLY.strip() or line.startswith(REPLY)]
+        if exact:
+            if exact[-1]:
+                yield TextDelta(exact[-1])
+        else:
+            yield TextDelta("echo: " + (plain or "done"))
         for line in lines:
             if not line.startswith("!"):
                 continue
@@ -45,11 +67,29 @@ class EchoProvider(Provider):
                 yield TurnFailed(f"Unknown echo directive !{name}. Directives: {', '.join('!' + d for d in DIRECTIVES)}.")
                 return
             for event in handler(argument.strip(), control):
+                if exact and isinstance(event, TextDelta):
+                    continue
                 yield event
                 if isinstance(event, TurnFailed):
                     return
             if control.cancelled.is_set():
                 return
+
+
+def _next_scripted(control: TurnControl) -> str | None:
+    """The next `!then` answer, taken off the session's script (None: no script)."""
+    kept = control.recall(SCRIPT_NOTE)
+    if not kept:
+        return None
+    try:
+        answers = [str(answer) for answer in json.loads(kept)]
+    except (ValueError, TypeError):
+        answers = []
+    if not answers:
+        control.remember(SCRIPT_NOTE, None)
+        return None
+    control.remember(SCRIPT_NOTE, json.dumps(answers[1:]) if len(answers) > 1 else None)
+    return answers[0]
 
 
 def _sleep(argument: str, control: TurnControl) -> Iterator[TurnEvent]:
@@ -116,6 +156,26 @@ def _task(argument: str, control: TurnControl) -> Iterator[TurnEvent]:
     yield TextDelta(f"\ntask {task_id} started: {argument}")
 
 
+def _openclaw(argument: str, control: TurnControl) -> Iterator[TurnEvent]:
+    tool, _, text = argument.partition(" ")
+    try:
+        arguments = json.loads(text or "{}")
+    except ValueError as error:
+        yield TurnFailed(f"!openclaw needs a tool name and a JSON object: {error}.")
+        return
+    if not tool or not isinstance(arguments, dict):
+        yield TurnFailed("!openclaw needs a tool name and a JSON object: !openclaw sessions_send {…}.")
+        return
+    yield Activity(f"openclaw {tool[:64]}")
+    result = control.call_openclaw(tool, arguments)
+    yield TextDelta("\nopenclaw: " + json.dumps(result, ensure_ascii=False, separators=(",", ":")))
+
+
+def _then(argument: str, control: TurnControl) -> Iterator[TurnEvent]:
+    """`!then` and `!reply` are read before the turn runs (`run_turn`); here they write nothing."""
+    yield from ()
+
+
 DIRECTIVES = {
     "sleep": _sleep,
     "stream": _stream,
@@ -123,4 +183,7 @@ DIRECTIVES = {
     "relay": _relay,
     "ask": _ask,
     "task": _task,
+    "openclaw": _openclaw,
+    "then": _then,
+    "reply": _then,
 }

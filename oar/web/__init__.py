@@ -118,7 +118,7 @@ def create_app(config: Config | None = None) -> Flask:
                 response.headers["Retry-After"] = str(max(1, math.ceil(wait)))
         return response
 
-    from oar.web import api, external, health, mcp, mcp_team, openapi, owner, page, page_team
+    from oar.web import api, external, health, mcp, mcp_team, openapi, openclaw, owner, page, page_team
 
     # The page's blueprint, with the team runs' routes added (its sign-in check and CSRF apply to them).
     app.register_blueprint(page_team.blueprint)
@@ -128,6 +128,7 @@ def create_app(config: Config | None = None) -> Flask:
     app.register_blueprint(health.blueprint)
     app.register_blueprint(mcp.blueprint)
     app.register_blueprint(mcp_team.blueprint)
+    app.register_blueprint(openclaw.blueprint)
     app.register_blueprint(openapi.blueprint)
     return app
 

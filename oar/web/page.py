@@ -30,6 +30,7 @@ from oar.core.errors import ActionError, invalid
 from oar.core.fields import unstorable_text
 from oar.core.models import Provider as ProviderRow
 from oar.core.timeutil import iso, utcnow
+from oar.openclaw import policy_store
 from oar.owner import conversations, inbox, providers, schedules, settings, signins, subscriptions
 from oar.sessions import sessions
 from oar.sessions import state as session_state
@@ -252,6 +253,20 @@ def may_create(session_id: str) -> ResponseReturnValue:
         return refused(error, here)
     state = "may now start sessions" if allowed else "may no longer start sessions"
     return done(f"Agents in this conversation {state}.", here)
+
+
+@blueprint.post("/sessions/<session_id>/send-policy")
+def send_policy(session_id: str) -> ResponseReturnValue:
+    """The session's own send policy for OpenClaw's sessions_send (docs/openclaw.md#send-policy)."""
+    here = url_for("page.session_page", session_id=session_id)
+    choice = form_text("send_policy").strip().lower()
+    try:
+        if choice not in policy_store.CHOICES:
+            raise invalid(f"Send policy must be one of {', '.join(policy_store.CHOICES)}. Nothing was changed.")
+        policy_store.set_policy(session_id, choice, runtime().relay_name())
+    except ActionError as error:
+        return refused(error, here)
+    return done(f"sessions_send to this session: {choice}.", here)
 
 
 @blueprint.post("/sessions/<session_id>/approvals")

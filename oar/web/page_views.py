@@ -15,6 +15,8 @@ from oar import providers
 from oar.approvals import cards
 from oar.core.models import Group, Message, Schedule, Session
 from oar.core.statuses import ERRED_TURN, LIVE_TURN, UNANSWERED_TURN, TurnStatus
+from oar.openclaw.access import overrides
+from oar.openclaw.runs import provenance_of
 from oar.owner.inbox import pending_count, pending_questions
 from oar.owner.providers import provider_view
 from oar.owner.subscriptions import active_subscriptions
@@ -169,6 +171,8 @@ def messages_version(rows: list[Message]) -> str:
 def conversation(rows: list[Message]) -> list[dict[str, Any]]:
     """The messages as the page shows them."""
     prompt_of_reply = {m.reply_id: m for m in rows if m.reply_id}
+    # Prompts OpenClaw's session tools wrote carry their inter-session provenance (docs/openclaw.md#sessions_send).
+    inter_session = provenance_of([m.id for m in rows if m.from_kind == "agent"])
     items = []
     for message in rows:
         item: dict[str, Any] = {"id": message.id, "text": message.text, "createdAt": message.created_at,
@@ -184,6 +188,9 @@ def conversation(rows: list[Message]) -> list[dict[str, Any]]:
         elif message.from_kind == "agent":
             item["kind"] = "agent"
             item["badge"] = (turns.badge(message) or {}).get("badge")
+            if message.id in inter_session:
+                came = inter_session[message.id]
+                item["badge"] = f"{item['badge'] or '↗ from an agent'} · inter-session from {came['sourceSessionKey']} via {came['sourceTool']}"
         else:
             item["kind"] = "user"
         if message.status and message.status != TurnStatus.DONE and message.role != "assistant":
@@ -239,6 +246,7 @@ def session_page(session: Session) -> dict[str, Any]:
         "group": groups.field_for(session),
         "approvals": cards.approved(session.id, "this"),
         "approvalKinds": APPROVAL_LABELS,
+        "sendPolicy": overrides([session.id]).get(session.id, "inherit"),
     }
     # Versions of exactly what is shown: a turn ending while the page renders must not make an
     # old picture look current.
