@@ -27,6 +27,16 @@ MAX_ACTIVE_SESSIONS = 4
 LOOP_PROMPTS_BEFORE_CARD = 30
 # Relays a prompt may cross (docs/relays.md, docs/limits.md); the owner's mention lets it cross one more.
 MAX_HOPS = 2
+# Paired relays (docs/relays.md#the-link): connecting to a peer, reading its answer beyond the wait a
+# call asked for, and connection attempts after the first (a connection never made sent nothing,
+# so trying again cannot do a call twice).
+PEER_CONNECT_TIMEOUT_SECONDS = 5
+PEER_READ_MARGIN_SECONDS = 30
+PEER_CONNECT_RETRIES = 2
+# list_relays asks each paired relay whether it answers, this long at most.
+PEER_PING_TIMEOUT_SECONDS = 3
+# The longest a paired relay's answer may be (a bigger one is refused as garbage).
+PEER_MAX_ANSWER_BYTES = 2 * 1024 * 1024
 # An approval card nobody decided is withdrawn after this long (docs/rules.md#outcomes, docs/limits.md: 8 hours).
 CARD_EXPIRY_SECONDS = 8 * 3600
 # A call waiting on a card with no turn renews its lease within this long; the clock's sweep takes a card

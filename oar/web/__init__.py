@@ -118,11 +118,13 @@ def create_app(config: Config | None = None) -> Flask:
                 response.headers["Retry-After"] = str(max(1, math.ceil(wait)))
         return response
 
-    from oar.web import api, external, health, mcp, openapi, owner, page
+    from oar.web import api, external, health, mcp, openapi, owner, owner_relays, page, peer
 
     app.register_blueprint(page.blueprint)
     app.register_blueprint(api.blueprint)
     app.register_blueprint(owner.blueprint)
+    app.register_blueprint(owner_relays.blueprint)
+    app.register_blueprint(peer.blueprint)
     app.register_blueprint(external.blueprint)
     app.register_blueprint(health.blueprint)
     app.register_blueprint(mcp.blueprint)

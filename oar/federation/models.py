@@ -1,0 +1,91 @@
+"""The tables of paired relays (docs/relays.md): pairing tokens this relay gave out, the relays it
+is paired with, which of them each conversation unlocked, and the stand-ins of other relays'
+calling conversations."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import peewee as pw
+
+from oar.core.models import BaseModel, Session
+from oar.core.timeutil import utcnow
+
+if TYPE_CHECKING:
+    from oar.core.models import ObjectId
+
+
+class PairingToken(BaseModel):
+    """A token this relay gave out so that another relay may call it (the receiving side of a
+    pairing). Stored as its SHA-256 hash; revoked tokens are kept so the list says when."""
+
+    id = pw.CharField(primary_key=True, max_length=32)  # pt_…, shown in lists; never the token
+    token_hash = pw.CharField(unique=True, max_length=64)
+    label = pw.CharField(null=True, max_length=200)
+    created_at = pw.DateTimeField(default=utcnow)
+    revoked_at = pw.DateTimeField(null=True)
+    last_used_at = pw.DateTimeField(null=True)
+    # The relay name the last caller with this token gave.
+    last_used_by = pw.CharField(null=True, max_length=200)
+
+    class Meta:
+        table_name = "pairing_token"
+
+
+class Peer(BaseModel):
+    """A relay this one acts on (the calling side of a pairing), by a stable id: renaming it keeps
+    its rows. `token` is the other relay's pairing token, which this relay must send, so it is kept
+    as given; like a provider's API key it is never shown back or logged."""
+
+    id = pw.CharField(primary_key=True, max_length=32)  # peer_…
+    name = pw.CharField(unique=True, max_length=200)
+    url = pw.TextField()
+    token = pw.TextField()
+    # "Agents may": full | prompt | read | off.
+    level = pw.CharField(default="full", max_length=8)
+    # The other relay's own name and version, as it last said them.
+    remote_name = pw.CharField(null=True, max_length=200)
+    version = pw.CharField(null=True, max_length=40)
+    created_at = pw.DateTimeField(default=utcnow)
+    last_answered_at = pw.DateTimeField(null=True)
+    last_tried_at = pw.DateTimeField(null=True)
+    # What went wrong the last time it was tried (a code), null when it answered.
+    last_error = pw.CharField(null=True, max_length=64)
+
+
+class PeerUnlock(BaseModel):
+    """A paired relay opened in one conversation of this relay (docs/relays.md#locks): by the owner's
+    mention or by a prompt from an agent there; it stays open for the rest of the conversation."""
+
+    id = pw.AutoField()
+    peer = pw.ForeignKeyField(Peer, backref="unlocks", on_delete="CASCADE")
+    peer_id: ObjectId[str]
+    session = pw.ForeignKeyField(Session, backref="peer_unlocks", on_delete="CASCADE")
+    session_id: ObjectId[str]
+    by = pw.CharField(max_length=8)  # owner | agent
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "peer_unlock"
+        indexes = ((("session", "peer"), True),)
+
+
+class RemoteCaller(BaseModel):
+    """A conversation on another relay that calls this one, and its stand-in session here (which
+    holds its cards, Allows, and the sessions it started). Known by the pairing token it calls with
+    and its id on its own relay."""
+
+    id = pw.AutoField()
+    pairing_token = pw.ForeignKeyField(PairingToken, backref="callers", on_delete="CASCADE")
+    pairing_token_id: ObjectId[str]
+    remote_session = pw.CharField(max_length=64)
+    session = pw.ForeignKeyField(Session, backref="remote_callers", on_delete="CASCADE")
+    session_id: ObjectId[str]
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "remote_caller"
+        indexes = ((("pairing_token", "remote_session"), True),)
+
+
+MODELS: tuple[type[BaseModel], ...] = (PairingToken, Peer, PeerUnlock, RemoteCaller)

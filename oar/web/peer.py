@@ -1,0 +1,87 @@
+"""The relay-to-relay API (`/api/peer/v1/…`, docs/relays.md#the-link): what a paired relay's agents
+call here. Every call carries a pairing token this relay gave out and the caller's provenance
+(origin relay, conversation, session title, model, mode, hop count, how long it can wait) as
+headers; the action then goes through the same dispatcher as this relay's own agents' calls, with
+this relay's own checks and rules, as the calling conversation's stand-in here."""
+
+from __future__ import annotations
+
+from flask import Blueprint, jsonify, request
+from flask.typing import ResponseReturnValue
+
+from oar import __version__
+from oar.actions.context import CallContext, Caller
+from oar.actions.dispatch import dispatch
+from oar.core.errors import ActionError, invalid
+from oar.core.waiting import watched_by
+from oar.federation import callers, pairing
+from oar.federation.client import API, Origin
+from oar.federation.models import PairingToken
+from oar.web import runtime
+from oar.web.auth import bearer_token, unauthorized
+from oar.web.bodies import json_body
+from oar.web.connection import connection_watch
+
+blueprint = Blueprint("peer", __name__, url_prefix=API)
+
+# The version of this API; a peer that lacks a feature names it in REMOTE_RELAY_UNSUPPORTED.
+API_VERSION = 1
+FEATURES = ("actions", "waits", "groups")
+# Actions whose results would come back to the calling relay later (events, answers to asks):
+# not across relays in this version.
+NOT_ACROSS_RELAYS = {
+    "subscribe": "subscriptions to its sessions from other relays (events across relays)",
+    "transfer_subscriptions": "subscriptions to its sessions from other relays (events across relays)",
+    "ask": "asks from other relays' agents (their answers would have to travel back)",
+}
+
+
+def require_pairing() -> PairingToken:
+    token = bearer_token()
+    if token is None:
+        raise unauthorized("Send a pairing token of this relay as Authorization: Bearer <token>. Nothing was done.")
+    row = pairing.verify(token)
+    if row is None:
+        raise unauthorized("That pairing token is not valid on this relay (unknown or revoked). Nothing was done.")
+    return row
+
+
+@blueprint.get("/hello")
+def hello() -> ResponseReturnValue:
+    """Who this relay is, for the relay pairing with it (and a check of its token)."""
+    require_pairing()
+    return jsonify({"ok": True, "name": runtime().relay_name(), "version": __version__, "api": API_VERSION,
+                    "features": list(FEATURES)})
+
+
+@blueprint.post("/call")
+def call() -> ResponseReturnValue:
+    """One relay_tool call of an agent on the calling relay."""
+    token = require_pairing()
+    origin = Origin.from_headers(request.headers)
+    if origin is None:
+        raise invalid(
+            "A call from another relay carries its provenance: X-OAR-Origin-Relay, X-OAR-Origin-Session, "
+            "X-OAR-Origin-Title and X-OAR-Hops (digits). Nothing was done."
+        )
+    payload = json_body()
+    action = payload.get("action") if isinstance(payload, dict) else None
+    if isinstance(action, str) and action.strip() in NOT_ACROSS_RELAYS:
+        refused = ActionError(
+            "REMOTE_RELAY_UNSUPPORTED",
+            f'Relay "{runtime().relay_name()}" (version {__version__}) does not take '
+            f"{NOT_ACROSS_RELAYS[action.strip()]} yet. Nothing was done.",
+        )
+        return jsonify(refused.to_dict()), refused.status
+    pairing.note_use(token, origin.relay)
+    stand_in = callers.stand_in(token, origin)
+    remote = Caller(
+        session_id=origin.session, session_title=origin.session_title, model=origin.model, relay=origin.relay,
+        remote_hops=origin.hops,
+    )
+    ctx = CallContext(runtime=runtime(), caller=stand_in, via="peer", remote=remote)
+    if origin.wait_seconds is not None:
+        ctx.cap_waits(origin.wait_seconds, f'Relay "{origin.relay}" waits {origin.wait_seconds} s at most for this call, so it')
+    with watched_by(connection_watch(request.environ)):
+        status, answer = dispatch(ctx, payload)
+    return jsonify(answer), status

@@ -1,0 +1,412 @@
+"""Paired relays (docs/relays.md), as their owners and agents use them: three real relays on
+loopback ("desk", "build-box", "lab"; their own processes, data folders, databases and Redis
+namespaces), started once for the module. desk is paired with build-box, build-box with lab, and
+lab with build-box (for the hop limit)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+import requests
+
+from oar.core.errors import STATUS_BY_CODE
+from tests.support.clients import Agent, Owner, poll
+from tests.support.relays import Relay, named_relays
+from tests.support.servers import free_port
+
+pytestmark = pytest.mark.stack
+
+
+@pytest.fixture(scope="module")
+def relays(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[dict[str, Relay]]:
+    names = ("desk", "build-box", "lab")
+    with named_relays(tmp_path_factory.mktemp("paired"), names, redis_url) as stacks:
+        running = {name: stack.relay for name, stack in stacks.items()}
+        assert all(running.values())
+        yield {name: relay for name, relay in running.items() if relay is not None}
+
+
+def pairing_token(owner: Owner, label: str | None = None) -> str:
+    body = owner.post("/api/v1/owner/pairing-tokens", {"label": label} if label else {})
+    assert body["token"].startswith("oar_p_") and body["pairingToken"]["id"].startswith("pt_"), body
+    return body["token"]
+
+
+def pair(a: Relay, b: Relay, **fields: Any) -> dict[str, Any]:
+    """a's owner pairs a with b, using a token b's owner created."""
+    token = pairing_token(b.owner, f"for {a.name}")
+    status, body = a.owner.request("POST", "/api/v1/owner/relays", {"url": b.url, "token": token, **fields})
+    assert status == 201, body
+    return body["relay"]
+
+
+@pytest.fixture(scope="module")
+def paired(relays: dict[str, Relay]) -> dict[str, Relay]:
+    desk, build_box, lab = relays["desk"], relays["build-box"], relays["lab"]
+    pair(desk, build_box)
+    pair(build_box, lab)
+    pair(lab, build_box)
+    for relay in relays.values():
+        relay.owner.settings(accept_agent_prompts=True)
+    return relays
+
+
+def owner_writes(relay: Relay, agent: Agent, text: str) -> None:
+    relay.owner.post(f"/api/v1/owner/sessions/{agent.session_id}/messages", {"text": text})
+
+
+def test_it_pairs_and_lists_the_paired_relay_without_its_token(paired: dict[str, Relay]) -> None:
+    desk, build_box = paired["desk"], paired["build-box"]
+    listed = desk.owner.get("/api/v1/owner/relays")["relays"]
+    assert [(r["name"], r["url"], r["permission"], r["tokenSet"]) for r in listed] == [
+        ("build-box", build_box.url, "full", True)
+    ]
+    assert "token" not in listed[0] and listed[0]["id"].startswith("peer_")
+    # The pairing token is stored hashed on build-box and never listed there either.
+    tokens = build_box.owner.get("/api/v1/owner/pairing-tokens")["pairingTokens"]
+    assert tokens and all("token" not in t and not t["revoked"] for t in tokens), tokens
+
+    agent = desk.conversation("list")
+    relays = agent.ok("list_relays")
+    assert relays["relays"][0]["self"] is True
+    peer = relays["relays"][1]
+    assert {k: peer[k] for k in ("name", "url", "online", "permission", "unlocked")} == {
+        "name": "build-box", "url": build_box.url, "online": True, "permission": "full", "unlocked": False,
+    }
+    assert peer["version"] and relays["summary"] == "list_relays: 2 relays, 1 unlocked"
+
+
+def test_a_paired_relay_is_locked_until_the_owner_mentions_it_and_levels_limit_actions(paired: dict[str, Relay]) -> None:
+    desk, build_box = paired["desk"], paired["build-box"]
+    agent = desk.conversation("locks")
+    locked = agent.refused("list_sessions", "REMOTE_RELAY_LOCKED", relay="build-box")
+    assert "@build-box" in locked["error"]
+    # Event and automated lines never count; an owner's message naming the relay does.
+    owner_writes(desk, agent, "Please look at @build-box for me")
+    listed = agent.ok("list_relays")["relays"][1]
+    assert listed["unlocked"] is True and listed["unlockedBy"] == "owner"
+    sessions = agent.ok("list_sessions", relay="build-box")
+    assert sessions["relay"] == "build-box" and isinstance(sessions["sessions"], list)
+    # Named by its host (an IP address here): only with @.
+    other = desk.conversation("by host")
+    owner_writes(desk, other, "the box at 127.0.0.1 is slow")
+    other.refused("relay_info", "REMOTE_RELAY_LOCKED", relay="build-box")
+    owner_writes(desk, other, "then try build-box")  # its name written out
+    assert other.ok("relay_info", relay="build-box")["name"] == "build-box"
+
+    target = build_box.owner.post("/api/v1/owner/sessions", {"title": "levels"})["session"]["id"]
+    try:
+        desk.owner.patch("/api/v1/owner/relays/build-box", {"permission": "read"})
+        refused = agent.refused("send", "REMOTE_RELAY_FORBIDDEN", relay="build-box", session=target, text="hi")
+        assert 'Agents may "read" on relay "build-box"; send needs "prompt"' in refused["error"], refused
+        assert agent.ok("read_session", relay="build-box", session=target)["session"]["id"] == target
+        desk.owner.patch("/api/v1/owner/relays/build-box", {"permission": "off"})
+        off = agent.refused("read_session", "REMOTE_RELAY_FORBIDDEN", relay="build-box", session=target)
+        assert 'read_session needs "read"' in off["error"]
+        assert agent.ok("list_relays")["relays"][1]["permission"] == "off"  # list_relays needs no level
+        desk.owner.patch("/api/v1/owner/relays/build-box", {"permission": "prompt"})
+        create = agent.refused("create_session", "REMOTE_RELAY_FORBIDDEN", relay="build-box", text="new")
+        assert 'create_session needs "full"' in create["error"]
+    finally:
+        desk.owner.patch("/api/v1/owner/relays/build-box", {"permission": "full"})
+    # Nothing reached build-box while refused.
+    messages = build_box.owner.get(f"/api/v1/owner/sessions/{target}")["messages"]
+    assert messages == []
+
+
+def test_an_agent_prompts_and_starts_sessions_on_a_paired_relay_with_its_provenance(paired: dict[str, Relay]) -> None:
+    desk, build_box = paired["desk"], paired["build-box"]
+    agent = desk.conversation("work")
+    owner_writes(desk, agent, "@build-box: run the checks there")
+    target = build_box.owner.post("/api/v1/owner/sessions", {"title": "checks"})["session"]["id"]
+
+    sent = agent.ok("send", relay="build-box", session=target, text="hello from desk", wait_seconds=60)
+    header = '[Remote prompt from an agent on relay "desk" · session "work" · echo-1 · acting for the user]'
+    assert sent["relay"] == "build-box" and sent["status"] == "done", sent
+    assert sent["reply"]["text"] == f"echo: {header}\nhello from desk", sent
+    assert sent["summary"].startswith(f"send → build-box session {target[:8]}"), sent
+    prompt = build_box.owner.get(f"/api/v1/owner/sessions/{target}")["messages"][0]
+    assert prompt["text"].startswith(header)
+    assert prompt["from"]["badge"] == "↗ from desk · work · echo-1" and prompt["from"]["hops"] == 1, prompt
+
+    # A wait across the link: the peer's own wait, woken by the reply there.
+    queued = agent.ok("send", relay="build-box", session=target, text="!sleep 1\nlater", wait_seconds=0)
+    assert queued["status"] in ("queued", "running"), queued
+    waited = agent.ok("wait", relay="build-box", session=target, message_id=queued["message_id"], wait_seconds=60)
+    assert waited["status"] == "done" and waited["reply"]["text"].endswith("later"), waited
+
+    # create_session there: build-box asks its own owner first (its Inbox), as for its own agents.
+    answer: dict[str, Any] = {}
+    call = threading.Thread(target=lambda: answer.update(body=agent.call(
+        "create_session", relay="build-box", text="start the nightly", title="nightly", wait_seconds=60)))
+    call.start()
+    card = poll("the card on build-box", lambda: next(iter(build_box.owner.get("/api/v1/owner/inbox")["cards"]), None))
+    assert card["action"] == "create_session" and "build-box" in card["text"], card
+    build_box.owner.post(f"/api/v1/owner/cards/{card['id']}", {"decision": "allow"})
+    call.join(60)
+    status, created = answer["body"]
+    assert status == 200 and created["ok"] and created["status"] == "done", created
+    assert created["relay"] == "build-box" and created["group"] is None, created
+    session = build_box.owner.get(f"/api/v1/owner/sessions/{created['session']}")["session"]
+    assert session["title"] == "nightly"
+    listed = {s["id"]: s for s in agent.ok("list_sessions", relay="build-box")["sessions"]}
+    assert listed[created["session"]]["viaAgent"] == "work", listed[created["session"]]
+    # Its update_session: the session it started there, no card.
+    changed = agent.ok("update_session", relay="build-box", session=created["session"], title="nightly 2")
+    assert changed["changed"] == ["title"], changed
+    # The calling conversation's stand-in on build-box is no session anyone lists or names.
+    names = [s["title"] for s in build_box.owner.get("/api/v1/owner/sessions")["sessions"]]
+    assert "work" not in names, names
+
+    # Schedules stay on this relay; events across relays are not in this version.
+    sched = agent.refused("schedule", "REMOTE_RELAY_UNSUPPORTED", relay="build-box", text="x", every_minutes=5)
+    assert "Schedules exist only on the relay the agent runs on" in sched["error"]
+    sub = agent.refused("subscribe", "REMOTE_RELAY_UNSUPPORTED", relay="build-box", sessions=[target])
+    assert "events across relays" in sub["error"]
+    tokens = build_box.owner.get("/api/v1/owner/pairing-tokens")["pairingTokens"]
+    assert any(t["lastUsedBy"] == "desk" and t["lastUsedAt"] for t in tokens), tokens
+
+
+def test_the_receiving_relay_may_refuse_other_relays_agents_prompts_but_not_their_reads(paired: dict[str, Relay]) -> None:
+    desk, build_box = paired["desk"], paired["build-box"]
+    agent = desk.conversation("inbound")
+    owner_writes(desk, agent, "@build-box")
+    target = build_box.owner.post("/api/v1/owner/sessions", {"title": "inbound"})["session"]["id"]
+    build_box.owner.settings(accept_agent_prompts=False)
+    try:
+        refused = agent.refused("send", "REMOTE_INBOUND_DISABLED", relay="build-box", session=target, text="hi")
+        assert "does not accept prompts from other relays' agents" in refused["error"]
+        agent.refused("create_session", "REMOTE_INBOUND_DISABLED", relay="build-box", text="hi")
+        assert agent.ok("read_session", relay="build-box", session=target)["messages"] == []
+        assert agent.ok("relay_info", relay="build-box")["acceptsAgentPrompts"] is False
+    finally:
+        build_box.owner.settings(accept_agent_prompts=True)
+    assert build_box.owner.get(f"/api/v1/owner/sessions/{target}")["messages"] == []
+
+
+def relay_line(payload: dict[str, Any]) -> str:
+    return "!relay " + json.dumps(payload)
+
+
+def test_a_prompt_crosses_two_relays_but_not_a_third_unless_the_owner_mentions_it(paired: dict[str, Relay]) -> None:
+    desk, build_box, lab = paired["desk"], paired["build-box"], paired["lab"]
+    agent = desk.conversation("hops")
+    owner_writes(desk, agent, "@build-box")
+    on_box = build_box.owner.conversation("hop 1")
+    owner_writes(build_box, on_box, "you may use @lab")  # its own turn; build-box's owner unlocks lab there
+    on_lab = lab.owner.post("/api/v1/owner/sessions", {"title": "hop 2"})["session"]["id"]
+    back_on_box = build_box.owner.post("/api/v1/owner/sessions", {"title": "hop 3"})["session"]["id"]
+
+    third = {"action": "send", "relay": "build-box", "session": back_on_box, "text": "third crossing", "wait_seconds": 30}
+    second = {"action": "send", "relay": "lab", "session": on_lab, "text": relay_line(third), "wait_seconds": 60}
+    sent = agent.ok("send", relay="build-box", session=on_box.session_id, text=relay_line(second), wait_seconds=90)
+    assert sent["status"] == "done", sent
+    lab_turn = lab.owner.get(f"/api/v1/owner/sessions/{on_lab}")["messages"]
+    assert lab_turn[0]["from"]["hops"] == 2 and lab_turn[0]["from"]["relay"] == "build-box", lab_turn[0]
+    result = json.loads(lab_turn[1]["text"].split("relay: ", 1)[1])
+    assert result["code"] == "REMOTE_RELAY_HOP_LIMIT", result
+    assert 'already crossed 2 relays and is not passed on to relay "build-box"' in result["error"]
+    assert build_box.owner.get(f"/api/v1/owner/sessions/{back_on_box}")["messages"] == []
+    # The prompt from build-box's agent unlocked build-box in that conversation on lab (by an agent).
+    on_lab_agent = lab.agent_for(on_lab)
+    seen = next(r for r in on_lab_agent.ok("list_relays")["relays"] if r["name"] == "build-box")
+    assert seen["unlocked"] is True and seen["unlockedBy"] == "agent", seen
+    # Reads are never hop-limited.
+    reads = {"action": "read_session", "relay": "build-box", "session": back_on_box}
+    second_read = {**second, "text": relay_line(reads)}
+    agent.ok("send", relay="build-box", session=on_box.session_id, text=relay_line(second_read), wait_seconds=90)
+    read = json.loads(lab.owner.get(f"/api/v1/owner/sessions/{on_lab}")["messages"][-1]["text"].split("relay: ", 1)[1])
+    assert read["ok"] is True and read["session"]["id"] == back_on_box, read
+
+    # lab's owner mentions build-box in that conversation: now the third crossing goes through.
+    owner_writes(lab, on_lab_agent, "@build-box is fine")
+    agent.ok("send", relay="build-box", session=on_box.session_id, text=relay_line(second), wait_seconds=90)
+    passed = json.loads(lab.owner.get(f"/api/v1/owner/sessions/{on_lab}")["messages"][-1]["text"].split("relay: ", 1)[1])
+    assert passed["ok"] is True and passed["status"] == "done", passed
+    arrived = build_box.owner.get(f"/api/v1/owner/sessions/{back_on_box}")["messages"][0]
+    assert arrived["from"]["hops"] == 3 and arrived["from"]["relay"] == "lab", arrived
+
+
+def test_bad_pairings_are_refused_clearly_and_change_nothing(paired: dict[str, Relay]) -> None:
+    desk, build_box = paired["desk"], paired["build-box"]
+    before = desk.owner.get("/api/v1/owner/relays")["relays"]
+    good = pairing_token(build_box.owner)
+    dead = f"http://127.0.0.1:{free_port()}"
+    cases: list[tuple[Any, int, str, str]] = [
+        ({}, 400, "REMOTE_RELAY_INVALID_INPUT", "url"),
+        ({"url": build_box.url}, 400, "REMOTE_RELAY_INVALID_INPUT", "token"),
+        ({"url": "ftp://127.0.0.1", "token": good}, 400, "REMOTE_RELAY_INVALID_INPUT", "must start with https://"),
+        ({"url": "http://example.com", "token": good}, 400, "REMOTE_RELAY_INVALID_INPUT", "Plain http://"),
+        ({"url": "https://u:p@127.0.0.1", "token": good}, 400, "REMOTE_RELAY_INVALID_INPUT", "user name or password"),
+        ({"url": build_box.url, "token": good, "level": "full"}, 400, "REMOTE_RELAY_INVALID_INPUT", "does not take: level"),
+        ({"url": build_box.url, "token": good}, 400, "REMOTE_RELAY_INVALID_INPUT", "already paired"),
+        ({"url": build_box.url + "/", "token": "oar_p_wrong"}, 400, "REMOTE_RELAY_INVALID_INPUT", "already paired"),
+        ({"url": dead, "token": good}, 502, "REMOTE_RELAY_OFFLINE", "is not answering"),
+        ({"url": paired["lab"].url, "token": "oar_p_wrong"}, 502, "REMOTE_RELAY_UNAUTHORIZED", "rejected"),
+        ({"url": paired["lab"].url, "token": pairing_token(paired["lab"].owner), "name": "desk"}, 400,
+         "REMOTE_RELAY_INVALID_INPUT", "names this relay"),
+        ({"url": paired["lab"].url, "token": pairing_token(paired["lab"].owner), "name": "build-box"}, 400,
+         "REMOTE_RELAY_INVALID_INPUT", "already named"),
+        ({"url": paired["lab"].url, "token": pairing_token(paired["lab"].owner), "name": "has space"}, 400,
+         "REMOTE_RELAY_INVALID_INPUT", "without spaces"),
+        (["not", "an", "object"], 400, "REMOTE_RELAY_INVALID_INPUT", "JSON object"),
+    ]
+    for payload, status, code, says in cases:
+        got, body = desk.owner.request("POST", "/api/v1/owner/relays", payload)
+        assert (got, body["code"]) == (status, code) and says in body["error"], (payload, body)
+        assert good not in json.dumps(body)
+    for method, path, payload, status in [
+        ("PATCH", "/api/v1/owner/relays/nope", {"permission": "read"}, 404),
+        ("PATCH", "/api/v1/owner/relays/build-box", {"permission": "everything"}, 400),
+        ("PATCH", "/api/v1/owner/relays/build-box", {"url": "https://elsewhere"}, 400),
+        ("DELETE", "/api/v1/owner/relays/nope", None, 404),
+        ("DELETE", "/api/v1/owner/pairing-tokens/pt_nope", None, 404),
+        ("POST", "/api/v1/owner/pairing-tokens", {"label": 5}, 400),
+        ("POST", "/api/v1/owner/pairing-tokens", {"expires": "never"}, 400),
+    ]:
+        got, body = desk.owner.request(method, path, payload)
+        assert got == status and body["ok"] is False and body["code"] in STATUS_BY_CODE, (path, body)
+    assert desk.owner.get("/api/v1/owner/relays")["relays"] == before
+    # Without the owner token: refused.
+    assert requests.get(f"{desk.url}/api/v1/owner/relays", timeout=10).status_code == 401
+
+
+def test_the_peer_api_takes_only_live_pairing_tokens_and_provenance(paired: dict[str, Relay]) -> None:
+    build_box = paired["build-box"]
+    token = pairing_token(build_box.owner, "probe")
+    call = f"{build_box.url}/api/peer/v1/call"
+    provenance = {"X-OAR-Origin-Relay": "desk", "X-OAR-Origin-Session": "0123456789abcdef",
+                  "X-OAR-Origin-Title": "probe", "X-OAR-Hops": "1"}
+    relay_info = {"action": "relay_info", "relay": "this"}
+    for headers, status, says in [
+        ({}, 401, "Send a pairing token"),
+        ({"Authorization": "Bearer oar_p_nope"}, 401, "not valid on this relay"),
+        ({"Authorization": f"Bearer {build_box.owner.token}"}, 401, "not valid on this relay"),
+        ({"Authorization": f"Bearer {token}"}, 400, "carries its provenance"),
+        ({"Authorization": f"Bearer {token}", **provenance, "X-OAR-Hops": "two"}, 400, "carries its provenance"),
+    ]:
+        answer = requests.post(call, json=relay_info, headers=headers, timeout=10)
+        assert answer.status_code == status and says in answer.json()["error"], answer.text
+    good = {"Authorization": f"Bearer {token}", **provenance}
+    garbage = requests.post(call, data=b"\xff{not json", headers=good, timeout=10)
+    assert garbage.status_code == 400 and garbage.json()["code"] == "REMOTE_RELAY_INVALID_INPUT"
+    unknown = requests.post(call, json={"action": "launch"}, headers=good, timeout=10)
+    assert unknown.status_code == 400 and unknown.json()["code"] == "REMOTE_RELAY_UNKNOWN_ACTION"
+    # A peer names no relays of its own to other relays' agents.
+    onward = requests.post(call, json={"action": "list_sessions", "relay": "lab"}, headers=good, timeout=10)
+    assert onward.status_code == 404 and onward.json()["code"] == "REMOTE_RELAY_UNKNOWN", onward.text
+    assert requests.post(call, json=relay_info, headers=good, timeout=10).json()["name"] == "build-box"
+    listed = build_box.owner.get("/api/v1/owner/pairing-tokens")["pairingTokens"]
+    probe = next(t for t in listed if t["label"] == "probe")
+    build_box.owner.request("DELETE", f"/api/v1/owner/pairing-tokens/{probe['id']}")
+    revoked = requests.post(call, json=relay_info, headers=good, timeout=10)
+    assert revoked.status_code == 401 and revoked.json()["code"] == "REMOTE_RELAY_UNAUTHORIZED"
+
+
+def test_a_revoked_token_is_refused_until_the_owner_gives_a_new_one(paired: dict[str, Relay]) -> None:
+    desk, build_box = paired["desk"], paired["build-box"]
+    agent = desk.conversation("revoked")
+    owner_writes(desk, agent, "@build-box")
+    assert agent.ok("relay_info", relay="build-box")["name"] == "build-box"
+    tokens = build_box.owner.get("/api/v1/owner/pairing-tokens")["pairingTokens"]
+    desks = [t for t in tokens if t["label"] == "for desk" and not t["revoked"]]
+    assert len(desks) == 1, tokens
+    build_box.owner.request("DELETE", f"/api/v1/owner/pairing-tokens/{desks[0]['id']}")
+    try:
+        status, refused = agent.call("relay_info", relay="build-box")
+        assert status == 502 and refused["code"] == "REMOTE_RELAY_UNAUTHORIZED", refused
+        assert "rejected this relay's pairing token" in refused["error"]
+        shown = agent.ok("list_relays")["relays"][1]
+        assert shown["online"] is False
+        assert desk.owner.get("/api/v1/owner/relays")["relays"][0]["lastError"] == "REMOTE_RELAY_UNAUTHORIZED"
+    finally:
+        desk.owner.patch("/api/v1/owner/relays/build-box", {"token": pairing_token(build_box.owner, "for desk")})
+    assert agent.ok("relay_info", relay="build-box")["name"] == "build-box"
+    assert desk.owner.get("/api/v1/owner/relays")["relays"][0]["online"] is True
+
+
+class FakePeer(BaseHTTPRequestHandler):
+    """A 'relay' on loopback that says hello properly, then answers calls as `mode` says."""
+
+    mode = "html"
+    redirected_hits = 0
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json", **headers: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path == "/api/peer/v1/hello":
+            self._send(200, json.dumps({"ok": True, "name": "odd-box", "version": "0.0.1", "api": 1}).encode())
+        else:
+            FakePeer.redirected_hits += 1
+            self._send(200, b'{"ok": true}')
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        mode = FakePeer.mode
+        if mode == "html":
+            self._send(200, b"<html>surprise</html>", "text/html")
+        elif mode == "list":
+            self._send(200, b"[1, 2, 3]")
+        elif mode == "500":
+            self._send(500, b"Internal Server Error", "text/plain")
+        elif mode == "404":
+            self._send(404, b'{"detail": "no"}')
+        elif mode == "401":
+            self._send(401, b"")
+        elif mode == "redirect":
+            self._send(307, b"", Location=f"http://127.0.0.1:{self.server.server_address[1]}/elsewhere")
+        elif mode == "unknown code":
+            self._send(400, b'{"ok": false, "code": "SOMETHING_ELSE", "error": "x"}')
+
+
+def test_a_peer_answering_garbage_or_not_at_all_gets_clear_errors_never_a_500(paired: dict[str, Relay]) -> None:
+    desk = paired["desk"]
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakePeer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        assert pair_with_url(desk, url, "oar_p_fake")["name"] == "odd-box"
+        agent = desk.conversation("garbage")
+        owner_writes(desk, agent, "@odd-box")
+        for mode, status, code in [
+            ("html", 502, "REMOTE_RELAY_OFFLINE"), ("list", 502, "REMOTE_RELAY_OFFLINE"),
+            ("500", 502, "REMOTE_RELAY_HTTP_500"), ("404", 404, "REMOTE_RELAY_HTTP_404"),
+            ("401", 502, "REMOTE_RELAY_UNAUTHORIZED"), ("redirect", 502, "REMOTE_RELAY_HTTP_307"),
+            ("unknown code", 400, "REMOTE_RELAY_HTTP_400"),
+        ]:
+            FakePeer.mode = mode
+            got, body = agent.call("relay_info", relay="odd-box")
+            assert (got, body["ok"], body["code"]) == (status, False, code), (mode, body)
+            assert "odd-box" in body["error"], body
+        assert FakePeer.redirected_hits == 0  # the redirect was not followed
+    finally:
+        server.shutdown()
+        server.server_close()
+    got, body = agent.call("relay_info", relay="odd-box")
+    assert (got, body["code"]) == (502, "REMOTE_RELAY_OFFLINE") and "is not answering" in body["error"], body
+    assert agent.ok("list_relays")["relays"][-1]["online"] is False
+    # Unpairing forgets it: its name means nothing any more.
+    assert desk.owner.request("DELETE", "/api/v1/owner/relays/odd-box")[0] == 200
+    agent.refused("relay_info", "REMOTE_RELAY_UNKNOWN", relay="odd-box")
+    assert [r["name"] for r in desk.owner.get("/api/v1/owner/relays")["relays"]] == ["build-box"]
+
+
+def pair_with_url(relay: Relay, url: str, token: str) -> dict[str, Any]:
+    status, body = relay.owner.request("POST", "/api/v1/owner/relays", {"url": url, "token": token})
+    assert status == 201, body
+    return body["relay"]
