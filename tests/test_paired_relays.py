@@ -5,7 +5,11 @@ lab with build-box (for the hop limit)."""
 
 from __future__ import annotations
 
+import html
 import json
+import re
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,8 +20,10 @@ import requests
 
 from oar.core.errors import STATUS_BY_CODE
 from tests.support.clients import Agent, Owner, poll
-from tests.support.relays import Relay, named_relays
+from tests.support.processes import PROJECT
+from tests.support.relays import FAST_TIMES, Relay, named_relays, relay_environment
 from tests.support.servers import free_port
+from tests.test_page import Browser
 
 pytestmark = pytest.mark.stack
 
@@ -410,3 +416,61 @@ def pair_with_url(relay: Relay, url: str, token: str) -> dict[str, Any]:
     status, body = relay.owner.request("POST", "/api/v1/owner/relays", {"url": url, "token": token})
     assert status == 201, body
     return body["relay"]
+
+
+def test_the_settings_page_shows_paired_relays_and_pairs_with_csrf_protected_forms(paired: dict[str, Relay]) -> None:
+    desk, lab = paired["desk"], paired["lab"]
+    page = Browser(desk)
+    page.sign_in()
+    shown = page.get("/settings")
+    assert shown.status_code == 200 and "Paired relays" in shown.text
+    relays_part = shown.text.split('id="relays"', 1)[1].split('id="access"', 1)[0]
+    assert "build-box" in relays_part and "answering" in relays_part and "last answered" in relays_part
+    stored = desk.owner.get("/api/v1/owner/relays")["relays"]
+    # Forms without the page's CSRF token change nothing.
+    for path, data in [("/settings/pairing-tokens", {}), ("/settings/relays/build-box/permission", {"permission": "off"}),
+                       ("/settings/relays/build-box/delete", {})]:
+        assert page.post(path, data, csrf="").status_code == 400
+    assert desk.owner.get("/api/v1/owner/relays")["relays"] == stored
+    # A pairing token is shown once, on the page that made it.
+    made = page.post("/settings/pairing-tokens", {"label": "from the page"})
+    assert made.status_code == 201
+    token = re.search(r'<code class="token">(oar_p_[^<]+)</code>', made.text)
+    assert token is not None
+    assert token.group(1) not in page.get("/settings").text
+    listed = desk.owner.get("/api/v1/owner/pairing-tokens")["pairingTokens"]
+    assert any(t["label"] == "from the page" for t in listed)
+    # Pairing from the page, and the level.
+    bad = page.post("/settings/relays", {"url": "ftp://127.0.0.1", "token": "x"})
+    assert bad.status_code == 200 and "must start with https://" in html.unescape(bad.text)
+    added = page.post("/settings/relays", {"url": lab.url, "token": pairing_token(lab.owner), "name": "lab-from-page"})
+    assert added.status_code == 200 and "Paired with relay" in html.unescape(added.text)
+    page.post("/settings/relays/lab-from-page/permission", {"permission": "read"})
+    assert {r["name"]: r["permission"] for r in desk.owner.get("/api/v1/owner/relays")["relays"]}["lab-from-page"] == "read"
+    removed = page.post("/settings/relays/lab-from-page/delete", {})
+    assert removed.status_code == 200 and "Unpaired relay" in html.unescape(removed.text)
+    assert [r["name"] for r in desk.owner.get("/api/v1/owner/relays")["relays"]] == ["build-box"]
+
+
+def oar_pair(relay: Relay, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "oar", "pair", *args], cwd=PROJECT, env=relay_environment(relay.config, FAST_TIMES),
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_oar_pair_creates_a_token_on_one_relay_and_pairs_the_other_with_it(paired: dict[str, Relay]) -> None:
+    lab, desk = paired["lab"], paired["desk"]
+    made = oar_pair(lab)
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.strip()
+    assert token.startswith("oar_p_") and "shown only now" in made.stderr
+    refused = oar_pair(desk, "http://example.com", token)
+    assert refused.returncode == 1 and "Plain http:// is allowed only" in refused.stderr
+    half = oar_pair(desk, lab.url)
+    assert half.returncode == 2
+    done = oar_pair(desk, lab.url, token, "--name", "lab-cli")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith(f'paired with relay "lab-cli" at {lab.url}') and token not in done.stdout
+    assert "lab-cli" in [r["name"] for r in desk.owner.get("/api/v1/owner/relays")["relays"]]
+    assert desk.owner.request("DELETE", "/api/v1/owner/relays/lab-cli")[0] == 200

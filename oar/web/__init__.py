@@ -118,7 +118,18 @@ def create_app(config: Config | None = None) -> Flask:
                 response.headers["Retry-After"] = str(max(1, math.ceil(wait)))
         return response
 
-    from oar.web import api, external, health, mcp, openapi, owner, owner_relays, page, peer
+    from oar.web import (
+        api,
+        external,
+        health,
+        mcp,
+        openapi,
+        owner,
+        owner_relays,
+        page,
+        page_relays,  # noqa: F401  (its routes are on the page's blueprint, registered with it)
+        peer,
+    )
 
     app.register_blueprint(page.blueprint)
     app.register_blueprint(api.blueprint)
