@@ -162,7 +162,7 @@ def _pair(url: str | None, token: str | None, name: str | None, label: str | Non
     from oar.federation import peers
     from oar.owner import relays
 
-    if (url is None) != (token is None):
+    if sum(given is None for given in (url, token)) == 1:
         print("oar pair: give both the other relay's url and its pairing token, or neither", file=sys.stderr)
         return 2
     config = from_environment()

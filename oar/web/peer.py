@@ -21,6 +21,7 @@ from oar.web import runtime
 from oar.web.auth import bearer_token, unauthorized
 from oar.web.bodies import json_body
 from oar.web.connection import connection_watch
+from oar.web.described import PEER, TEXT, Operation, described
 
 blueprint = Blueprint("peer", __name__, url_prefix=API)
 
@@ -47,6 +48,8 @@ def require_pairing() -> PairingToken:
 
 
 @blueprint.get("/hello")
+@described(Operation(summary="Who this relay is (checks the pairing token)", caller=PEER, tag="peers",
+                     answer={"name": TEXT, "version": TEXT}, errors=(401,)))
 def hello() -> ResponseReturnValue:
     """Who this relay is, for the relay pairing with it (and a check of its token)."""
     require_pairing()
@@ -55,6 +58,8 @@ def hello() -> ResponseReturnValue:
 
 
 @blueprint.post("/call")
+@described(Operation(summary="One relay_tool call of an agent on the calling relay", caller=PEER, tag="peers",
+                     strict=False, errors=(400, 401, 403, 404, 409, 429, 502)))
 def call() -> ResponseReturnValue:
     """One relay_tool call of an agent on the calling relay."""
     token = require_pairing()
