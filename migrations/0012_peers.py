@@ -1,6 +1,6 @@
 """Paired relays (docs/relays.md): pairing tokens given out, the relays this one is paired with,
 the conversations that unlocked them, other relays' calling conversations and their stand-in
-sessions (`session.remote_relay`).
+sessions (`session.remote_relay`), and asks kept on paired relays.
 
 A frozen copy of the tables as they were when this migration was written.
 """
@@ -72,12 +72,28 @@ def up(migrator, db):
             table_name = "remote_caller"
             indexes = ((("pairing_token", "remote_session"), True),)
 
+    class PeerAsk(pw.Model):
+        id = pw.CharField(primary_key=True, max_length=32)
+        peer = pw.ForeignKeyField(Peer, on_delete="CASCADE")
+        asker = pw.ForeignKeyField(Session, on_delete="CASCADE")
+        about_session = pw.CharField(null=True, max_length=64)
+        question = pw.TextField()
+        hops = pw.IntegerField(default=0)
+        status = pw.CharField(default="pending", max_length=12)
+        created_at = pw.DateTimeField(default=datetime.datetime.utcnow)
+        next_check_at = pw.DateTimeField(null=True, index=True)
+        settled_at = pw.DateTimeField(null=True)
+
+        class Meta:
+            database = db
+            table_name = "peer_ask"
+
     migrator.migrate(migrator.add_column("session", "remote_relay", pw.CharField(null=True, max_length=200)))
-    db.create_tables([PairingToken, Peer, PeerUnlock, RemoteCaller])
+    db.create_tables([PairingToken, Peer, PeerUnlock, RemoteCaller, PeerAsk])
 
 
 def down(migrator, db):
-    for table in ("remote_caller", "peer_unlock", "peer", "pairing_token"):
+    for table in ("peer_ask", "remote_caller", "peer_unlock", "peer", "pairing_token"):
         db.execute_sql(f'DROP TABLE IF EXISTS "{table}"')
     db.execute_sql('DELETE FROM "session" WHERE "remote_relay" IS NOT NULL')
     migrator.migrate(migrator.drop_column("session", "remote_relay"))

@@ -32,6 +32,8 @@ pytestmark = pytest.mark.stack
 def relays(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[dict[str, Relay]]:
     names = ("desk", "build-box", "lab")
     with named_relays(tmp_path_factory.mktemp("paired"), names, redis_url) as stacks:
+        # desk's clock checks the asks its agents keep on build-box.
+        stacks["desk"].start_clock(OAR_PEER_ASK_POLL_SECONDS="0.3")
         running = {name: stack.relay for name, stack in stacks.items()}
         assert all(running.values())
         yield {name: relay for name, relay in running.items() if relay is not None}
@@ -474,3 +476,40 @@ def test_oar_pair_creates_a_token_on_one_relay_and_pairs_the_other_with_it(paire
     assert done.stdout.strip().startswith(f'paired with relay "lab-cli" at {lab.url}') and token not in done.stdout
     assert "lab-cli" in [r["name"] for r in desk.owner.get("/api/v1/owner/relays")["relays"]]
     assert desk.owner.request("DELETE", "/api/v1/owner/relays/lab-cli")[0] == 200
+
+
+def test_an_ask_about_a_paired_relays_session_is_kept_there_and_its_answer_comes_back(paired: dict[str, Relay]) -> None:
+    desk, build_box = paired["desk"], paired["build-box"]
+    agent = desk.conversation("asking")
+    owner_writes(desk, agent, "@build-box")
+    about = build_box.owner.post("/api/v1/owner/sessions", {"title": "deploy"})["session"]["id"]
+    asked = agent.ok("ask", relay="build-box", session=about, question="Ship the migration tonight?",
+                     options=["Ship", "Wait"])
+    assert asked["status"] == "pending" and asked["question_id"].startswith("ask_") and asked["relay"] == "build-box"
+    # Kept on build-box: its Inbox shows it, and build-box's owner answers there.
+    inbox = build_box.owner.get("/api/v1/owner/inbox")["questions"]
+    card = next(q for q in inbox if q["id"] == asked["question_id"])
+    assert card["question"] == "Ship the migration tonight?", card
+    assert [q for q in desk.owner.get("/api/v1/owner/inbox")["questions"] if q["id"] == asked["question_id"]] == []
+    listed = agent.ok("list_questions", relay="build-box")["questions"]
+    assert [(q["question_id"], q["status"]) for q in listed] == [(asked["question_id"], "pending")], listed
+    build_box.owner.post(f"/api/v1/owner/questions/{asked['question_id']}", {"choices": ["Wait"]})
+
+    def told() -> list[dict[str, Any]]:
+        messages = desk.owner.get(f"/api/v1/owner/sessions/{agent.session_id}")["messages"]
+        return [m for m in messages if m["role"] == "event" and "question_answered" in m["text"]]
+
+    lines = poll("the answer on desk", told)
+    assert lines[0]["role"] == "event" and lines[0]["text"].endswith(
+        f'[relay event] build-box · question_answered: {asked["question_id"][:7]}… "Ship the migration tonight?" '
+        '→ "Wait" (via build-box)'), lines[0]
+    # The session it was about hears it on build-box; the caller's stand-in there runs nothing.
+    about_messages = build_box.owner.get(f"/api/v1/owner/sessions/{about}")["messages"]
+    assert any("question_answered" in m["text"] for m in poll("the line on build-box", lambda: [
+        m for m in build_box.owner.get(f"/api/v1/owner/sessions/{about}")["messages"] if "question_answered" in m["text"]
+    ])), about_messages
+    # Told once, however often the clock looks again.
+    later = agent.ok("ask", relay="build-box", session=about, question="And the docs?")
+    build_box.owner.post(f"/api/v1/owner/questions/{later['question_id']}", {"dismiss": True})
+    poll("the dismissal on desk", lambda: len(told()) == 2)
+    assert len(told()) == 2 and told()[1]["text"].endswith("→ dismissed (via build-box)"), told()

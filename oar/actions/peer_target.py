@@ -11,7 +11,7 @@ from oar.actions.context import CallContext, Caller
 from oar.actions.registry import ActionSpec
 from oar.actions.targets import Unlocked
 from oar.core.errors import ActionError
-from oar.federation import peers
+from oar.federation import asks, peers
 from oar.federation.client import Origin, refusal
 from oar.federation.models import Peer
 from oar.sessions import rules
@@ -70,6 +70,8 @@ class PeerTarget:
         peers.note_answer(self.peer)
         if answer.get("ok") is not True:
             raise refusal(answer)
+        if spec.name == "ask":  # kept there; this relay checks there for its answer
+            asks.record(ctx.runtime, self.peer, ctx.caller, answer, args, origin.hops)
         result = {key: value for key, value in answer.items() if key not in ("ok", "relay")}
         result.setdefault("summary", f"{spec.name} → {self.name}")
         return result

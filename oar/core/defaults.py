@@ -35,6 +35,10 @@ PEER_READ_MARGIN_SECONDS = 30
 PEER_CONNECT_RETRIES = 2
 # list_relays asks each paired relay whether it answers, this long at most.
 PEER_PING_TIMEOUT_SECONDS = 3
+# An ask kept on a paired relay: how often this relay checks there for its answer, and how often
+# while the paired relay does not answer (docs/relays.md#asks-across-relays).
+PEER_ASK_POLL_SECONDS = 5
+PEER_ASK_RETRY_SECONDS = 30
 # The longest a paired relay's answer may be (a bigger one is refused as garbage).
 PEER_MAX_ANSWER_BYTES = 2 * 1024 * 1024
 # An approval card nobody decided is withdrawn after this long (docs/rules.md#outcomes, docs/limits.md: 8 hours).

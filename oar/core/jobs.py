@@ -20,6 +20,8 @@ RUN_TASK = "workers.tasks.run_task"
 FIRE_SCHEDULE = "workers.schedules.fire"
 INGEST_EVENTS = "workers.delivery.ingest"
 DELIVER_DUE = "workers.delivery.deliver_due"
+# Checking a paired relay for the answers to this relay's asks kept there.
+CHECK_PEER_ASKS = "workers.peers.check_asks"
 # One watcher's delivery: only jobs enqueued by earlier versions still carry it.
 DELIVER_ONE = "workers.delivery.deliver"
 

@@ -121,3 +121,8 @@ def delivery_job_id(stamp_ms: int, suffix: str = "") -> str:
 def schedule_job_id(schedule_id: str, due_ms: int) -> str:
     """The job firing a schedule at one due time (UTC milliseconds)."""
     return f"{schedule_id}-{due_ms}"
+
+
+def peer_asks_nudge(namespace: str, peer_id: str) -> str:
+    """Set while a check of a paired relay's asks is queued (the clock enqueues one at a time)."""
+    return f"{namespace}:peerasks:{peer_id}"

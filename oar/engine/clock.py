@@ -19,6 +19,7 @@ from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
 from oar.engine.due_timer import DueTimer
 from oar.engine.reconciler import reconcile
+from oar.federation import asks as peer_asks
 from oar.schedules.schedules import fire_due
 from oar.watching.pruning import prune_if_due
 from oar.watching.sweep import sweep
@@ -39,6 +40,9 @@ def tick(runtime: Runtime) -> None:
         swept = sweep(runtime, utcnow())
         if any(swept.values()):
             log.info("deliveries swept: %s", swept)
+        asks_checked = peer_asks.enqueue_due(runtime, utcnow())  # asks kept on paired relays
+        if asks_checked:
+            log.info("asks on paired relays to check: %s relays", asks_checked)
         prune_if_due(runtime, utcnow())  # delivered held rows, old events (docs/limits.md#retention)
     finally:
         database.close()

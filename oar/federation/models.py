@@ -88,4 +88,26 @@ class RemoteCaller(BaseModel):
         indexes = ((("pairing_token", "remote_session"), True),)
 
 
-MODELS: tuple[type[BaseModel], ...] = (PairingToken, Peer, PeerUnlock, RemoteCaller)
+class PeerAsk(BaseModel):
+    """An `ask` this relay's conversation made on a paired relay, which keeps it (docs/relays.md#asks-across-relays):
+    this relay checks there for its answer at `next_check_at` until it is settled, then tells the
+    asking conversation. Removing the pairing removes these rows: the asks end, telling no one."""
+
+    id = pw.CharField(primary_key=True, max_length=32)  # the ask's id on the peer (ask_…)
+    peer = pw.ForeignKeyField(Peer, backref="asks", on_delete="CASCADE")
+    peer_id: ObjectId[str]
+    asker = pw.ForeignKeyField(Session, backref="peer_asks", on_delete="CASCADE")
+    asker_id: ObjectId[str]
+    about_session = pw.CharField(null=True, max_length=64)  # the peer's session it is about, when named
+    question = pw.TextField()
+    hops = pw.IntegerField(default=0)
+    status = pw.CharField(default="pending", max_length=12)  # pending | answered | dismissed | withdrawn | ended
+    created_at = pw.DateTimeField(default=utcnow)
+    next_check_at = pw.DateTimeField(null=True, index=True)  # null once settled
+    settled_at = pw.DateTimeField(null=True)
+
+    class Meta:
+        table_name = "peer_ask"
+
+
+MODELS: tuple[type[BaseModel], ...] = (PairingToken, Peer, PeerUnlock, RemoteCaller, PeerAsk)

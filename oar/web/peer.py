@@ -13,27 +13,30 @@ from oar import __version__
 from oar.actions.context import CallContext, Caller
 from oar.actions.dispatch import dispatch
 from oar.core.errors import ActionError, invalid
+from oar.core.models import Question
+from oar.core.timeutil import iso
 from oar.core.waiting import watched_by
 from oar.federation import callers, pairing
 from oar.federation.client import API, Origin
-from oar.federation.models import PairingToken
+from oar.federation.models import PairingToken, RemoteCaller
 from oar.web import runtime
 from oar.web.auth import bearer_token, unauthorized
 from oar.web.bodies import json_body
 from oar.web.connection import connection_watch
-from oar.web.described import PEER, TEXT, Operation, described
+from oar.web.described import OBJECTS, PEER, TEXT, Operation, described
 
 blueprint = Blueprint("peer", __name__, url_prefix=API)
 
 # The version of this API; a peer that lacks a feature names it in REMOTE_RELAY_UNSUPPORTED.
 API_VERSION = 1
-FEATURES = ("actions", "waits", "groups")
+FEATURES = ("actions", "waits", "groups", "asks")
+# Asks one status request may name.
+MAX_ASKS_LOOKED_UP = 100
 # Actions whose results would come back to the calling relay later (events, answers to asks):
 # not across relays in this version.
 NOT_ACROSS_RELAYS = {
     "subscribe": "subscriptions to its sessions from other relays (events across relays)",
     "transfer_subscriptions": "subscriptions to its sessions from other relays (events across relays)",
-    "ask": "asks from other relays' agents (their answers would have to travel back)",
 }
 
 
@@ -90,3 +93,23 @@ def call() -> ResponseReturnValue:
     with watched_by(connection_watch(request.environ)):
         status, answer = dispatch(ctx, payload)
     return jsonify(answer), status
+
+
+@blueprint.get("/asks")
+@described(Operation(summary="Where the calling relay's asks kept here stand (answered, dismissed, …)", caller=PEER,
+                     tag="peers", answer={"asks": OBJECTS}, errors=(400, 401)))
+def asks() -> ResponseReturnValue:
+    """The asks named in `ids` that conversations of the calling relay made here (others: left out)."""
+    token = require_pairing()
+    wanted = [part for part in (request.args.get("ids") or "").split(",") if part][:MAX_ASKS_LOOKED_UP + 1]
+    if not wanted or len(wanted) > MAX_ASKS_LOOKED_UP or any(len(part) > 32 for part in wanted):
+        raise invalid(f"Give ids: 1 to {MAX_ASKS_LOOKED_UP} ask ids, comma-separated. Nothing was done.")
+    stand_ins = RemoteCaller.select(RemoteCaller.session).where(RemoteCaller.pairing_token == token.id)
+    rows = Question.select().where(
+        Question.id.in_(wanted) & (Question.kind == "ask") & Question.asker_session_id.in_(stand_ins)
+    )
+    return jsonify({"ok": True, "asks": [
+        {"question_id": row.id, "status": row.status, "answer": row.answer, "choices": row.choices, "via": row.via,
+         "answeredAt": iso(row.answered_at)}
+        for row in rows
+    ]})
