@@ -39,6 +39,7 @@ def up(migrator, db):
         level = pw.CharField(default="full", max_length=8)
         remote_name = pw.CharField(null=True, max_length=200)
         version = pw.CharField(null=True, max_length=40)
+        features = pw.TextField(null=True)
         created_at = pw.DateTimeField(default=datetime.datetime.utcnow)
         last_answered_at = pw.DateTimeField(null=True)
         last_tried_at = pw.DateTimeField(null=True)

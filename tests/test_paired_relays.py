@@ -164,6 +164,13 @@ def test_an_agent_prompts_and_starts_sessions_on_a_paired_relay_with_its_provena
     assert session["title"] == "nightly"
     listed = {s["id"]: s for s in agent.ok("list_sessions", relay="build-box")["sessions"]}
     assert listed[created["session"]]["viaAgent"] == "work", listed[created["session"]]
+    # A group there, by name (build-box's own groups).
+    group = build_box.owner.post("/api/v1/owner/groups", {"name": "Release 2.4"})["group"]
+    joined = agent.ok("create_session", relay="build-box", text="join it", group="release 2.4", wait_seconds=0)
+    assert joined["group"]["id"] == group["id"] and joined["group"]["name"] == "Release 2.4", joined
+    unknown = agent.refused("create_session", "REMOTE_RELAY_UNKNOWN_GROUP", relay="build-box", text="x", group="Relase")
+    assert "Release 2.4" in unknown["error"] and unknown["groups"], unknown
+    assert agent.ok("relay_info", relay="build-box")["groups"][0]["id"] == group["id"]
     # Its update_session: the session it started there, no card.
     changed = agent.ok("update_session", relay="build-box", session=created["session"], title="nightly 2")
     assert changed["changed"] == ["title"], changed
@@ -343,6 +350,7 @@ class FakePeer(BaseHTTPRequestHandler):
 
     mode = "html"
     redirected_hits = 0
+    calls = 0
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -358,15 +366,21 @@ class FakePeer(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path == "/api/peer/v1/hello":
-            self._send(200, json.dumps({"ok": True, "name": "odd-box", "version": "0.0.1", "api": 1}).encode())
+            # An older relay: it lists its features, and session groups are not among them.
+            self._send(200, json.dumps({"ok": True, "name": "odd-box", "version": "0.0.1", "api": 1,
+                                        "features": ["actions"]}).encode())
         else:
             FakePeer.redirected_hits += 1
             self._send(200, b'{"ok": true}')
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        FakePeer.calls += 1
         mode = FakePeer.mode
-        if mode == "html":
+        if mode == "relay_info":
+            self._send(200, json.dumps({"ok": True, "summary": "relay_info → odd-box", "name": "odd-box",
+                                        "version": "0.0.1", "providers": []}).encode())
+        elif mode == "html":
             self._send(200, b"<html>surprise</html>", "text/html")
         elif mode == "list":
             self._send(200, b"[1, 2, 3]")
@@ -402,6 +416,13 @@ def test_a_peer_answering_garbage_or_not_at_all_gets_clear_errors_never_a_500(pa
             assert (got, body["ok"], body["code"]) == (status, False, code), (mode, body)
             assert "odd-box" in body["error"], body
         assert FakePeer.redirected_hits == 0  # the redirect was not followed
+        # An older relay that cannot list groups: relay_info says so, create_session with group is refused here.
+        FakePeer.mode = "relay_info"
+        info = agent.ok("relay_info", relay="odd-box")
+        assert info["groups"] is None and "cannot list session groups" in info["groupsNote"], info
+        sent_before = FakePeer.calls
+        grouped = agent.refused("create_session", "REMOTE_RELAY_UNSUPPORTED", relay="odd-box", text="x", group="g")
+        assert "doesn't support groups on create_session yet" in grouped["error"] and FakePeer.calls == sent_before
     finally:
         server.shutdown()
         server.server_close()

@@ -55,6 +55,12 @@ class PeerTarget:
             )
         if spec.name == "create_session":  # one level: the calling conversation's own rule, checked here
             rules.check_may_create(ctx.caller, nothing)
+            if args.get("group") and peers.lacks(self.peer, "groups"):
+                raise ActionError(
+                    "REMOTE_RELAY_UNSUPPORTED",
+                    f"The target relay doesn't support groups on create_session yet: relay \"{self.name}\" "
+                    f"(version {self.peer.version or 'unknown'}) cannot list session groups. {nothing}",
+                )
         budget = wait_budget(ctx)
         caller = ctx.calling
         origin = Origin(
@@ -73,6 +79,13 @@ class PeerTarget:
         if spec.name == "ask":  # kept there; this relay checks there for its answer
             asks.record(ctx.runtime, self.peer, ctx.caller, answer, args, origin.hops)
         result = {key: value for key, value in answer.items() if key not in ("ok", "relay")}
+        if spec.name == "relay_info" and peers.lacks(self.peer, "groups"):
+            result["groups"] = None
+            result.pop("groupsTotal", None)
+            result["groupsNote"] = (
+                f'Relay "{self.name}" (version {self.peer.version or "unknown"}) cannot list session groups, '
+                "so create_session cannot take group there."
+            )
         result.setdefault("summary", f"{spec.name} → {self.name}")
         return result
 

@@ -68,7 +68,7 @@ def paired_relays(ctx: CallContext) -> list[dict[str, Any]]:
             online, version = False, peer.version
         else:
             version = str(hello.get("version") or "")[:40] or peer.version
-            peers.note_answer(peer, version)
+            peers.note_answer(peer, version, hello)
             online = True
         listed.append({
             "name": peer.name,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import peewee as pw
 
-from oar.core.models import BaseModel, Session
+from oar.core.models import BaseModel, JSONField, Session
 from oar.core.timeutil import utcnow
 
 if TYPE_CHECKING:
@@ -46,6 +46,8 @@ class Peer(BaseModel):
     # The other relay's own name and version, as it last said them.
     remote_name = pw.CharField(null=True, max_length=200)
     version = pw.CharField(null=True, max_length=40)
+    # What its relay-to-relay API says it offers (`/hello`'s `features`); null: not said.
+    features = JSONField(null=True)
     created_at = pw.DateTimeField(default=utcnow)
     last_answered_at = pw.DateTimeField(null=True)
     last_tried_at = pw.DateTimeField(null=True)

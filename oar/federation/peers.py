@@ -67,11 +67,12 @@ def add(runtime: Runtime, url: str, token: str, name: str | None = None) -> Peer
         raise ActionError(error.code, f"{error.message} {NOTHING}").answered_as(error.status) from None
     remote_name = str(hello.get("name") or "")[:200] or host_of(base)
     version = str(hello.get("version") or "")[:40] or None
+    features = said_features(hello)
     chosen = check_name(name if name is not None else remote_name, runtime.relay_name(), NOTHING)
     with write_transaction():
         return Peer.create(
             id=ids.prefixed_id("peer"), name=chosen, url=base, token=token, level="full", remote_name=remote_name,
-            version=version, created_at=utcnow(), last_answered_at=utcnow(), last_tried_at=utcnow(),
+            version=version, features=features, created_at=utcnow(), last_answered_at=utcnow(), last_tried_at=utcnow(),
         )
 
 
@@ -139,12 +140,27 @@ def listed() -> list[dict[str, Any]]:
     return [view(peer) for peer in Peer.select().order_by(Peer.created_at)]
 
 
-def note_answer(peer: Peer, version: str | None = None) -> None:
+def said_features(hello: dict[str, Any]) -> list[str] | None:
+    """The features a relay's `/hello` lists (None when it lists none: an older relay)."""
+    features = hello.get("features")
+    if not isinstance(features, list):
+        return None
+    return [str(feature)[:40] for feature in features if isinstance(feature, str)][:50]
+
+
+def lacks(peer: Peer, feature: str) -> bool:
+    """Whether the paired relay said what it offers, without `feature`."""
+    return peer.features is not None and feature not in peer.features
+
+
+def note_answer(peer: Peer, version: str | None = None, hello: dict[str, Any] | None = None) -> None:
     """The peer answered (any answer of its own, refusals too): it is online."""
     now = utcnow()
     updates: dict[str, Any] = {"last_answered_at": now, "last_tried_at": now, "last_error": None}
     if version:
         updates["version"] = version[:40]
+    if hello is not None:
+        updates["features"] = said_features(hello)
     with write_transaction():
         Peer.update(**updates).where(Peer.id == peer.id).execute()
 
