@@ -1,6 +1,7 @@
 """Paired relays (docs/relays.md): pairing tokens given out, the relays this one is paired with,
 the conversations that unlocked them, other relays' calling conversations and their stand-in
-sessions (`session.remote_relay`), and asks kept on paired relays.
+sessions (`session.remote_relay`), asks and subscriptions kept on paired relays, and the relay
+events waiting for another relay to fetch them.
 
 A frozen copy of the tables as they were when this migration was written.
 """
@@ -44,6 +45,8 @@ def up(migrator, db):
         last_answered_at = pw.DateTimeField(null=True)
         last_tried_at = pw.DateTimeField(null=True)
         last_error = pw.CharField(null=True, max_length=64)
+        events_cursor = pw.BigIntegerField(default=0)
+        link_lost_at = pw.DateTimeField(null=True)
 
         class Meta:
             database = db
@@ -89,12 +92,36 @@ def up(migrator, db):
             database = db
             table_name = "peer_ask"
 
+    class PeerSubscription(pw.Model):
+        id = pw.CharField(primary_key=True, max_length=32)
+        peer = pw.ForeignKeyField(Peer, on_delete="CASCADE")
+        watcher = pw.ForeignKeyField(Session, on_delete="CASCADE")
+        created_at = pw.DateTimeField(default=datetime.datetime.utcnow)
+        ended_at = pw.DateTimeField(null=True)
+
+        class Meta:
+            database = db
+            table_name = "peer_subscription"
+            indexes = ((("peer", "ended_at"), False),)
+
+    class RelayOutbox(pw.Model):
+        id = pw.AutoField()
+        watcher = pw.ForeignKeyField(Session, on_delete="CASCADE")
+        text = pw.TextField()
+        kinds = pw.TextField(default="{}")
+        created_at = pw.DateTimeField(default=datetime.datetime.utcnow, index=True)
+
+        class Meta:
+            database = db
+            table_name = "relay_outbox"
+            indexes = ((("watcher", "id"), False),)
+
     migrator.migrate(migrator.add_column("session", "remote_relay", pw.CharField(null=True, max_length=200)))
-    db.create_tables([PairingToken, Peer, PeerUnlock, RemoteCaller, PeerAsk])
+    db.create_tables([PairingToken, Peer, PeerUnlock, RemoteCaller, PeerAsk, PeerSubscription, RelayOutbox])
 
 
 def down(migrator, db):
-    for table in ("peer_ask", "remote_caller", "peer_unlock", "peer", "pairing_token"):
+    for table in ("relay_outbox", "peer_subscription", "peer_ask", "remote_caller", "peer_unlock", "peer", "pairing_token"):
         db.execute_sql(f'DROP TABLE IF EXISTS "{table}"')
     db.execute_sql('DELETE FROM "session" WHERE "remote_relay" IS NOT NULL')
     migrator.migrate(migrator.drop_column("session", "remote_relay"))

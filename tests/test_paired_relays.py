@@ -15,25 +15,33 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import peewee
 import pytest
 import requests
 
 from oar.core.errors import STATUS_BY_CODE
+from oar.watching.models import RelayOutbox
 from tests.support.clients import Agent, Owner, poll
 from tests.support.processes import PROJECT
-from tests.support.relays import FAST_TIMES, Relay, named_relays, relay_environment
-from tests.support.servers import free_port
+from tests.support.relays import FAST_TIMES, Relay, RelayStack, named_relays, relay_environment
+from tests.support.servers import free_port, postgres_database
 from tests.test_page import Browser
 
 pytestmark = pytest.mark.stack
+
+# The running relays' processes, for the test that stops one.
+STACKS: dict[str, RelayStack] = {}
 
 
 @pytest.fixture(scope="module")
 def relays(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[dict[str, Relay]]:
     names = ("desk", "build-box", "lab")
     with named_relays(tmp_path_factory.mktemp("paired"), names, redis_url) as stacks:
-        # desk's clock checks the asks its agents keep on build-box.
-        stacks["desk"].start_clock(OAR_PEER_ASK_POLL_SECONDS="0.3")
+        # desk's clock checks the asks its agents keep on build-box and fetches their events there.
+        # (tests/support/relays.py FAST_TIMES: every 0.3 s, a lost link told after 2 s)
+        for stack in stacks.values():
+            stack.start_clock()
+        STACKS.update(stacks)
         running = {name: stack.relay for name, stack in stacks.items()}
         assert all(running.values())
         yield {name: relay for name, relay in running.items() if relay is not None}
@@ -178,11 +186,11 @@ def test_an_agent_prompts_and_starts_sessions_on_a_paired_relay_with_its_provena
     names = [s["title"] for s in build_box.owner.get("/api/v1/owner/sessions")["sessions"]]
     assert "work" not in names, names
 
-    # Schedules stay on this relay; events across relays are not in this version.
+    # Schedules stay on this relay; subscriptions do not move to a conversation on another relay.
     sched = agent.refused("schedule", "REMOTE_RELAY_UNSUPPORTED", relay="build-box", text="x", every_minutes=5)
     assert "Schedules exist only on the relay the agent runs on" in sched["error"]
-    sub = agent.refused("subscribe", "REMOTE_RELAY_UNSUPPORTED", relay="build-box", sessions=[target])
-    assert "events across relays" in sub["error"]
+    moved = agent.refused("transfer_subscriptions", "REMOTE_RELAY_UNSUPPORTED", relay="build-box", **{"from": target})
+    assert "moving subscriptions to a conversation on another relay" in moved["error"]
     tokens = build_box.owner.get("/api/v1/owner/pairing-tokens")["pairingTokens"]
     assert any(t["lastUsedBy"] == "desk" and t["lastUsedAt"] for t in tokens), tokens
 
@@ -534,3 +542,71 @@ def test_an_ask_about_a_paired_relays_session_is_kept_there_and_its_answer_comes
     build_box.owner.post(f"/api/v1/owner/questions/{later['question_id']}", {"dismiss": True})
     poll("the dismissal on desk", lambda: len(told()) == 2)
     assert len(told()) == 2 and told()[1]["text"].endswith("→ dismissed (via build-box)"), told()
+
+
+
+def event_messages(relay: Relay, agent: Agent) -> list[str]:
+    messages = relay.owner.get(f"/api/v1/owner/sessions/{agent.session_id}")["messages"]
+    return [m["text"] for m in messages if m["role"] == "event"]
+
+
+def test_events_of_a_paired_relays_sessions_arrive_and_a_lost_link_replays_them(paired: dict[str, Relay]) -> None:
+    """Last in the module: it stops build-box's web for a while."""
+    desk, build_box = paired["desk"], paired["build-box"]
+    agent = desk.conversation("watching")
+    owner_writes(desk, agent, "keep an eye on @build-box")
+    target = build_box.owner.conversation("nightly")
+    # The first watch there asks build-box's owner (its Inbox), as for its own agents.
+    answer: dict[str, Any] = {}
+    call = threading.Thread(target=lambda: answer.update(body=agent.call(
+        "subscribe", relay="build-box", sessions=[target.session_id], events=["turn_end"])))
+    call.start()
+    card = poll("the watch card on build-box", lambda: next(
+        (c for c in build_box.owner.get("/api/v1/owner/inbox")["cards"] if c["action"] == "subscribe"), None))
+    build_box.owner.post(f"/api/v1/owner/cards/{card['id']}", {"decision": "allow"})
+    call.join(60)
+    status, subscribed = answer["body"]
+    assert status == 200 and subscribed["subscription"]["id"].startswith("sub_"), subscribed
+    listed = agent.ok("list_subscriptions", relay="build-box")["subscriptions"]
+    assert [s["id"] for s in listed] == [subscribed["subscription"]["id"]], listed
+
+    owner_writes(build_box, target, "first run")
+    line = f'[relay event] build-box · session "nightly" ({target.session_id[:4]}…): turn_end (done)'
+    poll("the event on desk", lambda: any(line in text for text in event_messages(desk, agent)))
+    [delivered] = [text for text in event_messages(desk, agent) if line in text]
+    assert delivered.startswith("[relay event · automated message from OAR") and '"echo: first run"' in delivered
+
+    # build-box stops answering: after the (shortened) minute, desk says so.
+    owner_writes(build_box, target, "!sleep 2\nwhile away")
+    STACKS["build-box"].stop("web")
+    try:
+        poll("link_lost on desk", lambda: any("[relay event] build-box: link_lost (no answer since " in text
+                                              for text in event_messages(desk, agent)))
+        # The turn ends on build-box meanwhile; its event waits there, in its outbox, for desk.
+        poll("the kept event on build-box", lambda: _kept_for_another_relay(build_box, "while away"))
+    finally:
+        STACKS["build-box"].start_web()
+    restored = poll("link_restored on desk", lambda: [t for t in event_messages(desk, agent) if "link_restored" in t])
+    assert len(restored) == 1, restored
+    lines = restored[0].splitlines()
+    assert lines[1].startswith("[relay event] build-box · replayed: 1 event (turn_end 1); last: session \"nightly\""), lines
+    assert '"echo: while away"' in lines[1]
+    assert lines[2].startswith("[relay event] build-box: link_restored after ") and lines[2].endswith(
+        "; 1 event replayed, 0 held for later"), lines
+    # Nothing twice: the event that was replayed is not delivered again afterwards.
+    owner_writes(build_box, target, "third run")
+    poll("the next event", lambda: any('"echo: third run"' in t for t in event_messages(desk, agent)))
+    texts = event_messages(desk, agent)
+    assert sum("while away" in t for t in texts) == 1 and sum("first run" in t for t in texts) == 1, texts
+
+
+def _kept_for_another_relay(relay: Relay, text: str) -> bool:
+    """Whether the relay's outbox holds a delivery with `text` (read from its database directly,
+    since its web is down)."""
+    config = relay.config
+    db = postgres_database(config.database_url) if config.database_url else peewee.SqliteDatabase(str(config.sqlite_path))
+    try:
+        with db.bind_ctx([RelayOutbox]):
+            return RelayOutbox.select().where(RelayOutbox.text.contains(text)).exists()
+    finally:
+        db.close()

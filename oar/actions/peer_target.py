@@ -11,7 +11,7 @@ from oar.actions.context import CallContext, Caller
 from oar.actions.registry import ActionSpec
 from oar.actions.targets import Unlocked
 from oar.core.errors import ActionError
-from oar.federation import asks, peers
+from oar.federation import asks, events, peers
 from oar.federation.client import Origin, refusal
 from oar.federation.models import Peer
 from oar.sessions import rules
@@ -78,6 +78,10 @@ class PeerTarget:
             raise refusal(answer)
         if spec.name == "ask":  # kept there; this relay checks there for its answer
             asks.record(ctx.runtime, self.peer, ctx.caller, answer, args, origin.hops)
+        elif spec.name == "subscribe":  # kept there; this relay fetches its events
+            events.record_subscription(self.peer, ctx.caller, answer)
+        elif spec.name == "unsubscribe":
+            events.end_subscriptions(self.peer, ctx.caller, str(args.get("subscription_id") or ""))
         result = {key: value for key, value in answer.items() if key not in ("ok", "relay")}
         if spec.name == "relay_info" and peers.lacks(self.peer, "groups"):
             result["groups"] = None

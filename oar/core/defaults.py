@@ -39,6 +39,13 @@ PEER_PING_TIMEOUT_SECONDS = 3
 # while the paired relay does not answer (docs/relays.md#asks-across-relays).
 PEER_ASK_POLL_SECONDS = 5
 PEER_ASK_RETRY_SECONDS = 30
+# Events across relays (docs/relays.md#events-across-relays): how often this relay fetches a paired
+# relay's events for its conversations' subscriptions there; how long without an answer before
+# the `link_lost` line; how many deliveries, and for how long, a relay keeps for another to fetch.
+PEER_EVENTS_POLL_SECONDS = 3
+PEER_LINK_LOST_SECONDS = 60
+PEER_OUTBOX_KEEP = 500
+PEER_OUTBOX_KEEP_SECONDS = 7 * 24 * 3600
 # The longest a paired relay's answer may be (a bigger one is refused as garbage).
 PEER_MAX_ANSWER_BYTES = 2 * 1024 * 1024
 # An approval card nobody decided is withdrawn after this long (docs/rules.md#outcomes, docs/limits.md: 8 hours).

@@ -126,3 +126,8 @@ def schedule_job_id(schedule_id: str, due_ms: int) -> str:
 def peer_asks_nudge(namespace: str, peer_id: str) -> str:
     """Set while a check of a paired relay's asks is queued (the clock enqueues one at a time)."""
     return f"{namespace}:peerasks:{peer_id}"
+
+
+def peer_events_nudge(namespace: str, peer_id: str) -> str:
+    """Set while a fetch of a paired relay's events is queued or running (one at a time)."""
+    return f"{namespace}:peerevents:{peer_id}"

@@ -53,6 +53,10 @@ class Peer(BaseModel):
     last_tried_at = pw.DateTimeField(null=True)
     # What went wrong the last time it was tried (a code), null when it answered.
     last_error = pw.CharField(null=True, max_length=64)
+    # Events across relays: the last outbox row fetched from it (what comes after is asked for
+    # next), and since when the link counts as lost (its `link_lost` line was written).
+    events_cursor = pw.BigIntegerField(default=0)
+    link_lost_at = pw.DateTimeField(null=True)
 
 
 class PeerUnlock(BaseModel):
@@ -112,4 +116,21 @@ class PeerAsk(BaseModel):
         table_name = "peer_ask"
 
 
-MODELS: tuple[type[BaseModel], ...] = (PairingToken, Peer, PeerUnlock, RemoteCaller, PeerAsk)
+class PeerSubscription(BaseModel):
+    """A subscription this relay's conversation keeps on a paired relay (docs/relays.md#events-across-relays):
+    which conversation watches there, so that link lines reach it."""
+
+    id = pw.CharField(primary_key=True, max_length=32)  # the subscription's id on the peer (sub_…)
+    peer = pw.ForeignKeyField(Peer, backref="subscriptions", on_delete="CASCADE")
+    peer_id: ObjectId[str]
+    watcher = pw.ForeignKeyField(Session, backref="peer_subscriptions", on_delete="CASCADE")
+    watcher_id: ObjectId[str]
+    created_at = pw.DateTimeField(default=utcnow)
+    ended_at = pw.DateTimeField(null=True)
+
+    class Meta:
+        table_name = "peer_subscription"
+        indexes = ((("peer", "ended_at"), False),)
+
+
+MODELS: tuple[type[BaseModel], ...] = (PairingToken, Peer, PeerUnlock, RemoteCaller, PeerAsk, PeerSubscription)

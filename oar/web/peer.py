@@ -8,35 +8,40 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
 from flask.typing import ResponseReturnValue
+from peewee import fn
 
 from oar import __version__
 from oar.actions.context import CallContext, Caller
 from oar.actions.dispatch import dispatch
+from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid
-from oar.core.models import Question
+from oar.core.models import HeldEvent, Question, Subscription
 from oar.core.timeutil import iso
 from oar.core.waiting import watched_by
 from oar.federation import callers, pairing
 from oar.federation.client import API, Origin
 from oar.federation.models import PairingToken, RemoteCaller
+from oar.watching import outbox
 from oar.web import runtime
 from oar.web.auth import bearer_token, unauthorized
 from oar.web.bodies import json_body
 from oar.web.connection import connection_watch
-from oar.web.described import OBJECTS, PEER, TEXT, Operation, described
+from oar.web.described import OBJECTS, PEER, TEXT, TEXTS, Operation, described
+
+COUNT = {"type": "integer"}
 
 blueprint = Blueprint("peer", __name__, url_prefix=API)
 
 # The version of this API; a peer that lacks a feature names it in REMOTE_RELAY_UNSUPPORTED.
 API_VERSION = 1
-FEATURES = ("actions", "waits", "groups", "asks")
-# Asks one status request may name.
+FEATURES = ("actions", "waits", "groups", "asks", "events")
+# Asks one status request may name; deliveries one fetch of events answers.
 MAX_ASKS_LOOKED_UP = 100
+EVENTS_PER_FETCH = 200
 # Actions whose results would come back to the calling relay later (events, answers to asks):
 # not across relays in this version.
 NOT_ACROSS_RELAYS = {
-    "subscribe": "subscriptions to its sessions from other relays (events across relays)",
-    "transfer_subscriptions": "subscriptions to its sessions from other relays (events across relays)",
+    "transfer_subscriptions": "moving subscriptions to a conversation on another relay",
 }
 
 
@@ -113,3 +118,27 @@ def asks() -> ResponseReturnValue:
          "answeredAt": iso(row.answered_at)}
         for row in rows
     ]})
+
+
+@blueprint.get("/events")
+@described(Operation(summary="Relay events for the calling relay's conversations' subscriptions here, after a cursor",
+                     caller=PEER, tag="peers", answer={"events": OBJECTS, "held": COUNT, "subscriptions": TEXTS},
+                     errors=(400, 401)))
+def events() -> ResponseReturnValue:
+    """What was delivered to the calling relay's conversations after `after` (the last id it kept;
+    what it kept is removed here), the events still held for them, and their active subscriptions."""
+    token = require_pairing()
+    after_text = request.args.get("after", "0")
+    if not after_text.isdigit() or len(after_text) > 18:
+        raise invalid("Give after: the id of the last delivery kept (0 for none). Nothing was done.")
+    callers = {row.session_id: row.remote_session for row in RemoteCaller.select().where(RemoteCaller.pairing_token == token.id)}
+    with write_transaction():
+        rows = outbox.fetch(list(callers), int(after_text), EVENTS_PER_FETCH)
+    still_held = HeldEvent.select(fn.COALESCE(fn.SUM(HeldEvent.count), 0)).where(
+        HeldEvent.watcher.in_(list(callers)) & HeldEvent.delivered_at.is_null() & (HeldEvent.dropped == False)  # noqa: E712
+    ).scalar() if callers else 0
+    active = [row.id for row in Subscription.select(Subscription.id).where(
+        Subscription.watcher.in_(list(callers)) & Subscription.ended_at.is_null())] if callers else []
+    return jsonify({"ok": True, "events": [
+        {"id": row["id"], "session": callers[row["watcher"]], "text": row["text"], "kinds": row["kinds"]} for row in rows
+    ], "held": int(still_held or 0), "subscriptions": active})

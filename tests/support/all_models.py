@@ -5,5 +5,6 @@ from __future__ import annotations
 
 from oar.core.models import MODELS, BaseModel
 from oar.federation.models import MODELS as FEDERATION_MODELS
+from oar.watching.models import MODELS as WATCHING_MODELS
 
-ALL_MODELS: tuple[type[BaseModel], ...] = MODELS + FEDERATION_MODELS
+ALL_MODELS: tuple[type[BaseModel], ...] = MODELS + FEDERATION_MODELS + WATCHING_MODELS
