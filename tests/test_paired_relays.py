@@ -20,6 +20,7 @@ import pytest
 import requests
 
 from oar.core.errors import STATUS_BY_CODE
+from oar.core.models import Question, Subscription
 from oar.watching.models import RelayOutbox
 from tests.support.clients import Agent, Owner, poll
 from tests.support.processes import PROJECT
@@ -598,6 +599,26 @@ def test_events_of_a_paired_relays_sessions_arrive_and_a_lost_link_replays_them(
     poll("the next event", lambda: any('"echo: third run"' in t for t in event_messages(desk, agent)))
     texts = event_messages(desk, agent)
     assert sum("while away" in t for t in texts) == 1 and sum("first run" in t for t in texts) == 1, texts
+
+    # Unpairing ends what desk's conversations keep there: the subscription (unpaired) and the ask.
+    pending = agent.ok("ask", relay="build-box", session=target.session_id, question="Still there?")
+    assert desk.owner.request("DELETE", "/api/v1/owner/relays/build-box")[0] == 200
+    ended = _read(build_box, Subscription, Subscription.id == subscribed["subscription"]["id"])
+    assert (ended.end_reason, ended.ended_at is not None) == ("unpaired", True)
+    assert _read(build_box, Question, Question.id == pending["question_id"]).status == "ended"
+    assert pending["question_id"] not in [q["id"] for q in build_box.owner.get("/api/v1/owner/inbox")["questions"]]
+    agent.refused("list_sessions", "REMOTE_RELAY_UNKNOWN", relay="build-box")
+
+
+def _read(relay: Relay, model: Any, where: Any) -> Any:
+    """One row of the relay's database, read directly."""
+    config = relay.config
+    db = postgres_database(config.database_url) if config.database_url else peewee.SqliteDatabase(str(config.sqlite_path))
+    try:
+        with db.bind_ctx([model]):
+            return model.get(where)
+    finally:
+        db.close()
 
 
 def _kept_for_another_relay(relay: Relay, text: str) -> bool:

@@ -113,10 +113,18 @@ def change(runtime: Runtime, peer: Peer, changes: dict[str, Any]) -> Peer:
     return Peer.get_by_id(peer.id)
 
 
-def remove(peer: Peer) -> None:
-    """Unpair: the relay and every unlock of it are forgotten."""
+def remove(runtime: Runtime, peer: Peer) -> bool:
+    """Unpair: the relay, every unlock of it and the asks and subscriptions kept there are forgotten
+    here; the relay is asked to end them there too (`endReason: unpaired`). Returns whether it
+    answered (a relay that does not is unpaired all the same; what it keeps ends there by its limits)."""
+    try:
+        link_to(runtime, peer).request("POST", "/unpair", read_timeout=runtime.time("PEER_CONNECT_TIMEOUT_SECONDS"))
+        told = True
+    except ActionError:
+        told = False
     with write_transaction():
         Peer.delete().where(Peer.id == peer.id).execute()
+    return told
 
 
 def view(peer: Peer, now: datetime | None = None) -> dict[str, Any]:

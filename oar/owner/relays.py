@@ -53,5 +53,5 @@ def change_relay(runtime: Runtime, reference: str, payload: dict[str, Any]) -> P
 
 def remove_relay(runtime: Runtime, reference: str) -> Peer:
     peer = peers.find(reference, "Nothing was removed.")
-    peers.remove(peer)
+    peers.remove(runtime, peer)
     return peer

@@ -16,12 +16,13 @@ from oar.actions.dispatch import dispatch
 from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid
 from oar.core.models import HeldEvent, Question, Subscription
-from oar.core.timeutil import iso
+from oar.core.statuses import QuestionStatus, SubscriptionEndReason
+from oar.core.timeutil import iso, utcnow
 from oar.core.waiting import watched_by
 from oar.federation import callers, pairing
 from oar.federation.client import API, Origin
 from oar.federation.models import PairingToken, RemoteCaller
-from oar.watching import outbox
+from oar.watching import lifetime, outbox
 from oar.web import runtime
 from oar.web.auth import bearer_token, unauthorized
 from oar.web.bodies import json_body
@@ -142,3 +143,24 @@ def events() -> ResponseReturnValue:
     return jsonify({"ok": True, "events": [
         {"id": row["id"], "session": callers[row["watcher"]], "text": row["text"], "kinds": row["kinds"]} for row in rows
     ], "held": int(still_held or 0), "subscriptions": active})
+
+
+@blueprint.post("/unpair")
+@described(Operation(summary="The calling relay removed its pairing: its subscriptions and asks here end",
+                     caller=PEER, tag="peers", answer={"subscriptions": COUNT, "asks": COUNT}, errors=(401,)))
+def unpair() -> ResponseReturnValue:
+    """End the subscriptions (`endReason: unpaired`) and pending asks of the calling relay's
+    conversations here, telling no one (docs/relays.md#removing-a-pairing)."""
+    token = require_pairing()
+    stand_ins = [row.session_id for row in RemoteCaller.select().where(RemoteCaller.pairing_token == token.id)]
+    now = utcnow()
+    ended = asks_ended = 0
+    if stand_ins:
+        with write_transaction():
+            for row in Subscription.select().where(Subscription.watcher.in_(stand_ins) & Subscription.ended_at.is_null()):
+                ended += lifetime.end(row, SubscriptionEndReason.UNPAIRED, now)
+            asks_ended = Question.update(status=QuestionStatus.ENDED, answered_at=now).where(
+                Question.asker_session_id.in_(stand_ins) & (Question.kind == "ask")
+                & (Question.status == QuestionStatus.PENDING)
+            ).execute()
+    return jsonify({"ok": True, "subscriptions": ended, "asks": asks_ended})
