@@ -180,6 +180,15 @@ def test_an_agent_prompts_and_starts_sessions_on_a_paired_relay_with_its_provena
     unknown = agent.refused("create_session", "REMOTE_RELAY_UNKNOWN_GROUP", relay="build-box", text="x", group="Relase")
     assert "Release 2.4" in unknown["error"] and unknown["groups"], unknown
     assert agent.ok("relay_info", relay="build-box")["groups"][0]["id"] == group["id"]
+    agent.ok("wait", relay="build-box", session=joined["session"], message_id=joined["message_id"], wait_seconds=30)
+    # Four at work, counted there for this calling conversation; stop works across too.
+    busy = [agent.ok("create_session", relay="build-box", text="!sleep 30\nbusy", wait_seconds=0)["session"]
+            for _ in range(4)]
+    limited = agent.call("create_session", relay="build-box", text="a fifth", wait_seconds=0)
+    assert limited[0] == 409 and limited[1]["code"] == "REMOTE_RELAY_SESSION_LIMIT", limited
+    assert sorted(s["id"] for s in limited[1]["sessions"]) == sorted(busy), limited
+    for session_id in busy:  # (a turn still queued has nothing to stop yet: asked again once it runs)
+        poll("the stop", lambda sid=session_id: agent.ok("stop", relay="build-box", session=sid)["stopRequested"])
     # Its update_session: the session it started there, no card.
     changed = agent.ok("update_session", relay="build-box", session=created["session"], title="nightly 2")
     assert changed["changed"] == ["title"], changed
