@@ -609,6 +609,19 @@ def test_events_of_a_paired_relays_sessions_arrive_and_a_lost_link_replays_them(
     texts = event_messages(desk, agent)
     assert sum("while away" in t for t in texts) == 1 and sum("first run" in t for t in texts) == 1, texts
 
+    # desk's worker and clock stop (a deploy): build-box keeps what comes meanwhile, desk gets it once back.
+    STACKS["desk"].stop("clock", "worker")
+    try:
+        owner_writes(build_box, target, "fourth run")
+        poll("the kept event on build-box", lambda: _kept_for_another_relay(build_box, "fourth run"))
+    finally:
+        STACKS["desk"].start_worker()
+        STACKS["desk"].start_clock()
+    poll("the event after desk's restart", lambda: any('"echo: fourth run"' in t for t in event_messages(desk, agent)))
+    owner_writes(build_box, target, "fifth run")
+    poll("the next event", lambda: any('"echo: fifth run"' in t for t in event_messages(desk, agent)))
+    assert sum("fourth run" in t for t in event_messages(desk, agent)) == 1
+
     # Unpairing ends what desk's conversations keep there: the subscription (unpaired) and the ask.
     pending = agent.ok("ask", relay="build-box", session=target.session_id, question="Still there?")
     assert desk.owner.request("DELETE", "/api/v1/owner/relays/build-box")[0] == 200
