@@ -580,6 +580,15 @@ def test_events_of_a_paired_relays_sessions_arrive_and_a_lost_link_replays_them(
     listed = agent.ok("list_subscriptions", relay="build-box")["subscriptions"]
     assert [s["id"] for s in listed] == [subscribed["subscription"]["id"]], listed
 
+    # The 20 subscriptions a conversation may have count those kept on paired relays.
+    here = desk.owner.post("/api/v1/owner/sessions", {"title": "watched here"})["session"]["id"]
+    for _ in range(19):
+        agent.ok("subscribe", relay="this", sessions=[here])
+    agent.refused("subscribe", "REMOTE_RELAY_SUBSCRIPTION_LIMIT", relay="this", sessions=[here])
+    agent.refused("subscribe", "REMOTE_RELAY_SUBSCRIPTION_LIMIT", relay="build-box", sessions=[target.session_id])
+    assert agent.ok("unsubscribe", relay="this", subscription_id="all")["summary"]
+    assert len(agent.ok("list_subscriptions", relay="build-box")["subscriptions"]) == 1
+
     owner_writes(build_box, target, "first run")
     line = f'[relay event] build-box · session "nightly" ({target.session_id[:4]}…): turn_end (done)'
     poll("the event on desk", lambda: any(line in text for text in event_messages(desk, agent)))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from oar.actions import subscriptions
 from oar.actions.context import CallContext, Caller
 from oar.actions.registry import ActionSpec
 from oar.actions.targets import Unlocked
@@ -15,6 +16,7 @@ from oar.federation import asks, events, peers
 from oar.federation.client import Origin, refusal
 from oar.federation.models import Peer
 from oar.sessions import rules
+from oar.watching.subscription_rules import MAX_SUBSCRIPTIONS
 
 # Schedules exist only on the relay the agent runs on (docs/schedules.md).
 THIS_RELAY_ONLY = ("schedule", "list_schedules", "unschedule")
@@ -61,6 +63,8 @@ class PeerTarget:
                     f"The target relay doesn't support groups on create_session yet: relay \"{self.name}\" "
                     f"(version {self.peer.version or 'unknown'}) cannot list session groups. {nothing}",
                 )
+        if spec.name == "subscribe" and subscriptions.subscriptions_of(ctx.caller.id) >= MAX_SUBSCRIPTIONS:
+            raise subscriptions.limit_reached()  # counting those here and on every paired relay
         budget = wait_budget(ctx)
         caller = ctx.calling
         origin = Origin(

@@ -47,6 +47,13 @@ def record_subscription(peer: Peer, watcher: Session, answer: dict[str, Any]) ->
         PeerSubscription.insert(id=sub_id, peer=peer.id, watcher=watcher.id, created_at=utcnow()).on_conflict_ignore().execute()
 
 
+def kept_on_peers(watcher_id: str) -> int:
+    """How many subscriptions the conversation keeps on paired relays (they count toward its 20)."""
+    return PeerSubscription.select().where(
+        (PeerSubscription.watcher == watcher_id) & PeerSubscription.ended_at.is_null()
+    ).count()
+
+
 def end_subscriptions(peer: Peer, watcher: Session, subscription_id: str) -> None:
     """The paired relay ended one (or "all") of `watcher`'s subscriptions there."""
     ending = (PeerSubscription.peer == peer.id) & (PeerSubscription.watcher == watcher.id) & PeerSubscription.ended_at.is_null()
