@@ -23,7 +23,7 @@ from typing import Any
 import redis
 
 from oar.core import jobs, keys
-from oar.core.db import write_transaction
+from oar.core.db import lock_rows, write_transaction
 from oar.core.errors import ActionError
 from oar.core.models import Session
 from oar.core.runtime import Runtime
@@ -135,6 +135,7 @@ def _keep(runtime: Runtime, peer: Peer, answer: dict[str, Any], now: datetime) -
     held_there = held_raw if isinstance(held_raw, int) else 0
     told: set[str] = set()
     with write_transaction():
+        lock_rows(Peer.select().where(Peer.id == peer.id))  # two fetches at once write one of them
         current = Peer.get_by_id(peer.id)
         fresh = [entry for entry in fetched if entry["id"] > current.events_cursor]
         lost_at = current.link_lost_at
