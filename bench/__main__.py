@@ -219,6 +219,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench import idle
 
         return idle.run(argv[1:])
+    if argv[:1] == ["paired"]:  # `python -m bench paired`: send across paired relays and on one relay
+        from bench import paired
+
+        return paired.run(argv[1:])
     if argv[:1] == ["delivery"]:  # `python -m bench delivery`: relay events fanned out to 200 watchers
         from bench import delivery
 

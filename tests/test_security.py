@@ -36,7 +36,7 @@ from oar.core.db import database
 from oar.core.errors import STATUS_BY_CODE
 from oar.core.models import Task
 from oar.core.timeutil import utcnow
-from oar.web.described import ANYONE, OWNER, SESSION, operation_of
+from oar.web.described import ANYONE, OWNER, PEER, SESSION, operation_of
 from tests.support.clients import Agent, poll
 from tests.support.processes import PROJECT
 from tests.support.relays import Relay, RelayStack
@@ -132,6 +132,9 @@ def test_every_route_is_public_by_name_or_needs_its_credential(stack: RelayStack
     credentials = {
         OWNER: {"no token": None, "a wrong token": WRONG_OWNER_TOKEN, "an agent token": desk.token},
         SESSION: {"no token": None, "a wrong token": WRONG_AGENT_TOKEN, "the owner token": relay.owner.token},
+        # The relay-to-relay API takes only pairing tokens this relay gave out.
+        PEER: {"no token": None, "a wrong token": "oar_p_" + "x" * 43, "the owner token": relay.owner.token,
+               "an agent token": desk.token},
     }
     checked = 0
     for method, rule, caller in walked:

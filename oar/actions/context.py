@@ -14,14 +14,14 @@ from oar.core.timeutil import utcnow
 from oar.turns.turns import Provenance
 
 # The ways in whose calls a caller waits on the answer.
-WAITING_CALLS = ("http", "mcp")
+WAITING_CALLS = ("http", "mcp", "peer")
 
 
 @dataclass(frozen=True)
 class Caller:
-    """Who calls an action. Today always a conversation on this relay (`relay` None, with its
-    session and, when known, the live turn making the call); an agent on a paired relay later,
-    known by its origin relay, session, title, model and the hops its prompt already made."""
+    """Who calls an action: a conversation on this relay (`relay` None, with its session and, when
+    known, the live turn making the call), or an agent on another relay, known by its origin
+    relay, session, title, model and the hops its prompt has made once it arrives here."""
 
     session_id: str
     session_title: str
@@ -77,10 +77,12 @@ class CallContext:
     wait_until: float | None = None
     max_wait_reason: str = ""
     _settings: dict[str, Any] | None = None
+    # An agent on another relay calling through the peer API (`caller` is then its stand-in here).
+    remote: Caller | None = None
     calling: Caller = field(init=False)
 
     def __post_init__(self) -> None:
-        self.calling = Caller.local(self.caller, self.turn)
+        self.calling = self.remote or Caller.local(self.caller, self.turn)
 
     def cap_waits(self, seconds: int, reason: str) -> None:
         self.wait_until = time.monotonic() + seconds
@@ -112,6 +114,18 @@ class CallContext:
     def hops(self) -> int:
         """Relay crossings behind the caller's current turn (0 for the owner's prompts)."""
         return self.calling.hops()
+
+    def prompt_text(self, text: str) -> str:
+        """A prompt as it is queued: from another relay's agent, under the line that says so
+        (docs/relays.md#hops)."""
+        calling = self.calling
+        if calling.is_local:
+            return text
+        parts = [f'relay "{calling.relay}"', f'session "{calling.session_title}"']
+        if calling.model:
+            parts.append(calling.model)
+        parts.append("acting for the user")
+        return f"[Remote prompt from an agent on {' · '.join(parts)}]\n{text}"
 
     def provenance(self) -> Provenance:
         """Provenance of a prompt this caller sends to another session on this relay."""

@@ -19,7 +19,8 @@ from oar.actions.args import check_arguments
 from oar.actions.catalog import load_actions
 from oar.actions.checks import Call, run_checks
 from oar.actions.context import CallContext
-from oar.actions.targets import Target, ThisRelay, resolve_target
+from oar.actions.resolving import resolve_target
+from oar.actions.targets import Target, ThisRelay
 from oar.core import defaults
 from oar.core.db import is_busy
 from oar.core.errors import ActionError, database_busy, invalid

@@ -18,6 +18,7 @@ from oar.core.settings import default_cwd
 from oar.core.shapes import CWD, EFFORT, GROUP, MODE, MODEL, PROVIDER, RELAY, SESSION, TEXT, TITLE, WAIT_SECONDS
 from oar.core.statuses import IN_PROGRESS_TURN, OPEN_TURN, TurnStatus
 from oar.core.timeutil import utcnow
+from oar.federation import peers
 from oar.providers.base import Provider
 from oar.providers.choice import Requested, choose, pick_provider
 from oar.sessions import groups, rules, sessions
@@ -116,7 +117,11 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     with write_transaction():
         Session.update(mode=mode, model=model, effort=effort, provider=provider.name).where(Session.id == target.id).execute()
         target = Session.get_by_id(target.id)
-        message = turns.insert_prompt(target, args["text"], ctx.provenance(), mode=mode, model=model, effort=effort)
+        message = turns.insert_prompt(
+            target, ctx.prompt_text(args["text"]), ctx.provenance(), mode=mode, model=model, effort=effort
+        )
+        if ctx.calling.relay is not None:
+            peers.note_remote_prompt(target, ctx.calling.relay)
         loop.count_prompt(ctx.caller)
     turns.start_turns(ctx.runtime, target.id)
     entry = waited_result(ctx, message, args)
@@ -171,7 +176,9 @@ def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             title=title, provider=provider.name, model=model, effort=effort, mode=mode,
             cwd=cwd, repo=repo, branch=branch, created_by=caller,
         )
-        if group is None:
+        if group is None and caller.remote_relay is not None:
+            pass  # started by an agent on another relay: it joins no group (docs/sessions.md#create_session)
+        elif group is None:
             caller = Session.get_by_id(caller.id)
             group = caller.group or groups.create(head=caller)
             if caller.group_id is None:
@@ -180,8 +187,13 @@ def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             raise groups.unknown_group(
                 f'The session group "{groups.display_name(group)}" was dissolved.', "No session was created."
             )
-        groups.join(session, group)
-        message = turns.insert_prompt(session, args["text"], ctx.provenance(), mode=mode, model=model, effort=effort)
+        if group is not None:
+            groups.join(session, group)
+        message = turns.insert_prompt(
+            session, ctx.prompt_text(args["text"]), ctx.provenance(), mode=mode, model=model, effort=effort
+        )
+        if ctx.calling.relay is not None:
+            peers.note_remote_prompt(session, ctx.calling.relay)
         loop.count_prompt(caller)
     turns.start_turns(ctx.runtime, session.id)
     entry = waited_result(ctx, message, args)

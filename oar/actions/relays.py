@@ -11,10 +11,13 @@ from oar import __version__, providers
 from oar.actions.context import CallContext
 from oar.actions.registry import action
 from oar.core import defaults
+from oar.core.errors import ActionError
 from oar.core.models import Session
 from oar.core.settings import default_cwd
 from oar.core.shapes import RELAY
 from oar.core.timeutil import utcnow
+from oar.federation import peers
+from oar.federation.models import Peer
 from oar.providers import usage as token_usage
 from oar.sessions import groups
 
@@ -35,6 +38,7 @@ def list_relays(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
                 "unlocked": True,
             }
         )
+    relays.extend(paired_relays(ctx))
     unlocked = sum(1 for relay in relays if relay["unlocked"])
     noun = "relay" if len(relays) == 1 else "relays"
     return {
@@ -46,6 +50,36 @@ def list_relays(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             "maxActiveSessions": defaults.MAX_ACTIVE_SESSIONS,
         },
     }
+
+
+def paired_relays(ctx: CallContext) -> list[dict[str, Any]]:
+    """The relays this one is paired with, as this conversation sees them (only this relay's own
+    conversations act on them). Each is asked whether it answers, briefly."""
+    if not ctx.calling.is_local:
+        return []
+    unlocks = peers.unlocks_of(ctx.caller.id)
+    listed = []
+    for peer in Peer.select().order_by(Peer.created_at):
+        link = peers.link_to(ctx.runtime, peer)
+        try:
+            hello = link.hello(timeout=ctx.runtime.time("PEER_PING_TIMEOUT_SECONDS"))
+        except ActionError as error:
+            peers.note_failure(peer, error.code)
+            online, version = False, peer.version
+        else:
+            version = str(hello.get("version") or "")[:40] or peer.version
+            peers.note_answer(peer, version, hello)
+            online = True
+        listed.append({
+            "name": peer.name,
+            "url": peer.url,
+            "online": online,
+            "version": version,
+            "permission": peer.level,
+            "unlocked": peer.id in unlocks,
+            "unlockedBy": unlocks.get(peer.id),
+        })
+    return listed
 
 
 @action("relay_info", params={"relay": RELAY}, level="read")

@@ -57,7 +57,7 @@ def _sessions_query(scope: str, text: str | None, *, cursor: bool) -> Callable[.
 
     def build(*values: Any) -> Any:
         rest = list(values)
-        query = Session.select(*_LISTED_COLUMNS).where(Session.deleted == False)  # noqa: E712
+        query = Session.select(*_LISTED_COLUMNS).where((Session.deleted == False) & Session.remote_relay.is_null())  # noqa: E712
         if scope == "archived":
             query = query.where(Session.archived == True)  # noqa: E712
         elif scope != "all":

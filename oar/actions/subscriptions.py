@@ -17,6 +17,7 @@ from oar.core.fields import Param
 from oar.core.models import Session, Subscription
 from oar.core.shapes import RELAY
 from oar.core.statuses import SubscriptionEndReason
+from oar.federation import events as peer_events
 from oar.sessions import sessions
 from oar.watching import delivery, ingest, lifetime, subscription_rules, views
 from oar.watching.quiet_hours import BadQuietHours, parse
@@ -86,15 +87,15 @@ def subscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         quiet = parse(args["quiet_hours"]) if "quiet_hours" in args else None
     except BadQuietHours as error:
         raise invalid(f"{error}. {SUBSCRIBED_NOTHING}") from None
-    if subscription_rules.active_of(caller.id).count() >= subscription_rules.MAX_SUBSCRIPTIONS:
-        raise _limit_reached()
+    if subscriptions_of(caller.id) >= subscription_rules.MAX_SUBSCRIPTIONS:
+        raise limit_reached()
     cards.approve(ctx, cards.Request(
         action="subscribe", nothing=SUBSCRIBED_NOTHING, target=named[0] if len(named) == 1 else None,
         lines=(_watch_line(scope, named, events, args, quiet),),
     ))
     with write_transaction():
-        if subscription_rules.active_of(caller.id).count() >= subscription_rules.MAX_SUBSCRIPTIONS:
-            raise _limit_reached()  # another call took the last place while the card waited
+        if subscriptions_of(caller.id) >= subscription_rules.MAX_SUBSCRIPTIONS:
+            raise limit_reached()  # another call took the last place while the card waited
         row = Subscription.create(
             id=lifetime.new_id(),
             watcher=caller.id,
@@ -123,7 +124,12 @@ def subscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _limit_reached(nothing: str = SUBSCRIBED_NOTHING) -> ActionError:
+def subscriptions_of(conversation_id: str) -> int:
+    """A conversation's active subscriptions, here and those it keeps on paired relays."""
+    return subscription_rules.active_of(conversation_id).count() + peer_events.kept_on_peers(conversation_id)
+
+
+def limit_reached(nothing: str = SUBSCRIBED_NOTHING) -> ActionError:
     return ActionError(
         "REMOTE_RELAY_SUBSCRIPTION_LIMIT",
         f"This conversation already has {subscription_rules.MAX_SUBSCRIPTIONS} subscriptions; unsubscribe one first. {nothing}",
@@ -270,7 +276,7 @@ def transfer_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, 
         raise invalid(f"Session {source.id[:8]} has no active subscriptions. {TRANSFERRED_NOTHING}")
     kept = subscription_rules.active_of(ctx.caller.id).count()
     if kept + len(moving) > subscription_rules.MAX_SUBSCRIPTIONS:
-        raise _limit_reached(TRANSFERRED_NOTHING)
+        raise limit_reached(TRANSFERRED_NOTHING)
     cards.approve(ctx, cards.Request(  # always a card (docs/rules.md#approval-cards)
         action="transfer_subscriptions", nothing=TRANSFERRED_NOTHING, target=source,
         lines=(f"{len(moving)} subscription{'s' if len(moving) != 1 else ''}: {', '.join(r.id for r in moving)}",),

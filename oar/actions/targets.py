@@ -1,9 +1,9 @@
 """Where an action runs: the `Target` a call's `relay` argument names.
 
-Only this relay exists until relays are paired; a paired relay becomes a second `Target`
-that answers the same questions for itself (is it unlocked in this conversation, what may
-agents do there, does it take prompts from other relays' agents) and whose `run` sends the
-call there. The dispatcher's checks ask the target instead of assuming this relay.
+This relay is `ThisRelay`; a paired relay is a `PeerTarget` (`oar.actions.peer_target`) that
+answers the same questions for itself (is it unlocked in this conversation, what may agents do
+there, does it take prompts from other relays' agents) and whose `run` sends the call there. The
+dispatcher's checks ask the target instead of assuming this relay; `oar.actions.resolving` picks it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from typing import Any, Literal, Protocol
 
 from oar.actions.context import CallContext, Caller
 from oar.actions.registry import ActionSpec
-from oar.core.errors import ActionError, invalid
 
 # Who opened a relay for a conversation (docs/relays.md): the owner by mention, an agent there by
 # writing into it; this relay is open to its own conversations from the start.
@@ -66,37 +65,22 @@ class ThisRelay:
     agent_sessions_enabled: bool
     level: str = "full"
     crossings: int = 0
+    accepts_agent_prompts: bool = False
 
     @classmethod
     def of(cls, ctx: CallContext) -> ThisRelay:
-        return cls(name=ctx.relay_name, agent_sessions_enabled=bool(ctx.settings["agent_sessions_enabled"]))
+        return cls(
+            name=ctx.relay_name, agent_sessions_enabled=bool(ctx.settings["agent_sessions_enabled"]),
+            accepts_agent_prompts=bool(ctx.settings["accept_agent_prompts"]),
+        )
 
     def unlocked_by(self, caller: Caller) -> Unlocked | None:
         return "always"
 
     def accepts(self, caller: Caller) -> bool:
-        # Its own conversations always; other relays' agents cannot reach it until relays are
-        # paired (the owner's "Accept prompts from other relays' agents" setting decides then).
-        return caller.is_local
+        # Its own conversations always; other relays' agents as the owner's "Accept prompts from
+        # other relays' agents" says.
+        return caller.is_local or self.accepts_agent_prompts
 
     def run(self, ctx: CallContext, spec: ActionSpec, args: dict[str, Any]) -> dict[str, Any]:
         return spec.handler(replace(ctx, approval=spec.approval), args)
-
-
-def resolve_target(ctx: CallContext, spec: ActionSpec, args: dict[str, Any]) -> Target:
-    """The relay the call acts on, from its `relay` argument (docs/calling.md#check-order: "resolve relay")."""
-    relay = args.get("relay")
-    if relay is None:
-        if spec.relay_optional:
-            return ThisRelay.of(ctx)
-        raise invalid(
-            f'{spec.name} needs relay: "this" or a relay\'s name from list_relays. {spec.nothing}'.strip()
-        )
-    wanted = relay.strip()
-    if wanted.lower() == "this" or wanted.casefold() == ctx.relay_name.casefold():
-        return ThisRelay.of(ctx)
-    raise ActionError(
-        "REMOTE_RELAY_UNKNOWN",
-        f'No relay is named "{wanted[:100]}". Relays: "{ctx.relay_name}" (this relay). {spec.nothing}'.strip(),
-        relays=[{"name": ctx.relay_name, "self": True}],
-    )

@@ -32,6 +32,13 @@ def main(argv: list[str] | None = None) -> int:
         help="revoke this agent token, or with --session and no TOKEN every token of that session",
     )
     # `oar call --help` and `oar call <action> --help` are generated from the action registry.
+    pair = commands.add_parser(
+        "pair", help="oar pair: a pairing token for another relay; oar pair <url> <token>: pair with that relay"
+    )
+    pair.add_argument("url", nargs="?", help="the other relay's address (https://…)")
+    pair.add_argument("token", nargs="?", help="the pairing token its owner created with oar pair")
+    pair.add_argument("--name", help="the name this relay's agents use for it (default: its own name)")
+    pair.add_argument("--label", help="with no url: a note on who the new token is for")
     call = commands.add_parser("call", help="call relay_tool: oar call <action> key=value…", add_help=False)
     call.add_argument(
         "-h", "--help", action="store_true", dest="show_help", help="list the actions, or an action's arguments"
@@ -72,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.revoke is not None:
             return _revoke(args.revoke, args.session)
         return _token(args.owner, args.session)
+    if args.command == "pair":
+        return _pair(args.url, args.token, args.name, args.label)
     if args.command == "mcp":
         from oar.cli.mcp_stdio import main as serve_mcp
 
@@ -146,6 +155,38 @@ def _revoke(token: str, session_id: str | None) -> int:
         except ActionError as error:
             print(f"oar token: {error.message}", file=sys.stderr)
             return 1
+    return 0
+
+
+def _pair(url: str | None, token: str | None, name: str | None, label: str | None) -> int:
+    """`oar pair`: a new pairing token of this relay, printed once; `oar pair <url> <token>`: pair
+    this relay with the relay at url (docs/relays.md#pairing)."""
+    from oar.core.db import database, open_database
+    from oar.core.errors import ActionError
+    from oar.core.runtime import Runtime
+    from oar.federation import peers
+    from oar.owner import relays
+
+    if sum(given is None for given in (url, token)) == 1:
+        print("oar pair: give both the other relay's url and its pairing token, or neither", file=sys.stderr)
+        return 2
+    config = from_environment()
+    open_database(config)
+    runtime = Runtime(config, needs_redis=False)
+    with database.connection_context():
+        try:
+            if url is None:
+                row, new_token = relays.create_pairing_token(runtime, {"label": label})
+                print(new_token)
+                print(f"pairing token {row.id}: enter it with this relay's url on the other relay "
+                      "(oar pair <url> <token> there); it is shown only now", file=sys.stderr)
+                return 0
+            peer = relays.add_relay(runtime, {"url": url, "token": token, "name": name})
+        except ActionError as error:
+            print(f"oar pair: {error.message}", file=sys.stderr)
+            return 1
+    view = peers.view(peer)
+    print(f'paired with relay "{view["name"]}" at {view["url"]} (version {view["version"]}); agents may: {view["permission"]}')
     return 0
 
 

@@ -27,6 +27,27 @@ MAX_ACTIVE_SESSIONS = 4
 LOOP_PROMPTS_BEFORE_CARD = 30
 # Relays a prompt may cross (docs/relays.md, docs/limits.md); the owner's mention lets it cross one more.
 MAX_HOPS = 2
+# Paired relays (docs/relays.md#the-link): connecting to a peer, reading its answer beyond the wait a
+# call asked for, and connection attempts after the first (a connection never made sent nothing,
+# so trying again cannot do a call twice).
+PEER_CONNECT_TIMEOUT_SECONDS = 5
+PEER_READ_MARGIN_SECONDS = 30
+PEER_CONNECT_RETRIES = 2
+# list_relays asks each paired relay whether it answers, this long at most.
+PEER_PING_TIMEOUT_SECONDS = 3
+# An ask kept on a paired relay: how often this relay checks there for its answer, and how often
+# while the paired relay does not answer (docs/relays.md#asks-across-relays).
+PEER_ASK_POLL_SECONDS = 5
+PEER_ASK_RETRY_SECONDS = 30
+# Events across relays (docs/relays.md#events-across-relays): how often this relay fetches a paired
+# relay's events for its conversations' subscriptions there; how long without an answer before
+# the `link_lost` line; how many deliveries, and for how long, a relay keeps for another to fetch.
+PEER_EVENTS_POLL_SECONDS = 3
+PEER_LINK_LOST_SECONDS = 60
+PEER_OUTBOX_KEEP = 500
+PEER_OUTBOX_KEEP_SECONDS = 7 * 24 * 3600
+# The longest a paired relay's answer may be (a bigger one is refused as garbage).
+PEER_MAX_ANSWER_BYTES = 2 * 1024 * 1024
 # An approval card nobody decided is withdrawn after this long (docs/rules.md#outcomes, docs/limits.md: 8 hours).
 CARD_EXPIRY_SECONDS = 8 * 3600
 # A call waiting on a card with no turn renews its lease within this long; the clock's sweep takes a card

@@ -47,19 +47,39 @@ class ActionError(Exception):
     """A refused or failed call. `message` says what was wrong and what was not done."""
 
     def __init__(self, code: str, message: str, **extra: Any) -> None:
-        if code not in STATUS_BY_CODE:
+        if code not in STATUS_BY_CODE and peer_http_status(code) is None:
             raise ValueError(f"unknown error code {code}")
         super().__init__(message)
         self.code = code
         self.message = message
         self.extra = extra
+        # A paired relay's refusal passed on keeps its code but may answer another status
+        # (a token the peer rejected is 502 here, not 401: docs/errors.md); see `answered_as`.
+        self.http_status: int | None = None
+
+    def answered_as(self, status: int | None) -> ActionError:
+        """The same error, answered with `status` instead of its code's (None: its code's)."""
+        self.http_status = status
+        return self
 
     @property
     def status(self) -> int:
-        return STATUS_BY_CODE[self.code]
+        if self.http_status is not None:
+            return self.http_status
+        return STATUS_BY_CODE.get(self.code) or peer_http_status(self.code) or 502
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": False, "code": self.code, "error": self.message, **self.extra}
+
+
+def peer_http_status(code: str) -> int | None:
+    """The status of `REMOTE_RELAY_HTTP_<n>` (a paired relay answered HTTP n with no code of its
+    own): 4xx passed through, every other n 502; None for any other code."""
+    prefix = "REMOTE_RELAY_HTTP_"
+    if not code.startswith(prefix) or not code[len(prefix):].isdigit() or len(code) != len(prefix) + 3:
+        return None
+    n = int(code[len(prefix):])
+    return n if 400 <= n < 500 else 502
 
 
 def invalid(message: str, **extra: Any) -> ActionError:

@@ -20,6 +20,10 @@ RUN_TASK = "workers.tasks.run_task"
 FIRE_SCHEDULE = "workers.schedules.fire"
 INGEST_EVENTS = "workers.delivery.ingest"
 DELIVER_DUE = "workers.delivery.deliver_due"
+# Checking a paired relay for the answers to this relay's asks kept there.
+CHECK_PEER_ASKS = "workers.peers.check_asks"
+# Fetching a paired relay's events for the subscriptions this relay's conversations keep there.
+FETCH_PEER_EVENTS = "workers.peers.fetch_events"
 # One watcher's delivery: only jobs enqueued by earlier versions still carry it.
 DELIVER_ONE = "workers.delivery.deliver"
 

@@ -134,3 +134,11 @@ def team_thoughts(namespace: str, run_id: str) -> str:
 def team_thought_seq(namespace: str, run_id: str) -> str:
     """The counter numbering a run's thoughts, so that an open page asks only for newer ones."""
     return f"{namespace}:team:thoughtseq:{run_id}"
+def peer_asks_nudge(namespace: str, peer_id: str) -> str:
+    """Set while a check of a paired relay's asks is queued (the clock enqueues one at a time)."""
+    return f"{namespace}:peerasks:{peer_id}"
+
+
+def peer_events_nudge(namespace: str, peer_id: str) -> str:
+    """Set while a fetch of a paired relay's events is queued or running (one at a time)."""
+    return f"{namespace}:peerevents:{peer_id}"

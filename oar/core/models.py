@@ -109,6 +109,10 @@ class Session(BaseModel):
     loop_prompt_count = pw.IntegerField(default=0)
     # The agent's own id for this conversation (a cli agent resumes with it); reset by a new cwd.
     agent_session_id = pw.CharField(null=True, max_length=200)
+    # A stand-in for a conversation on another relay whose agent calls this one (docs/relays.md#on-the-receiving-relay):
+    # the calling relay's name. Stand-ins run no turns and are never listed or named by agents; they
+    # hold what this relay keeps per calling conversation (cards, Allows, who started which session).
+    remote_relay = pw.CharField(null=True, max_length=200)
 
     class Meta:
         indexes = ((("archived", "last_activity_at"), False),)

@@ -19,6 +19,8 @@ from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
 from oar.engine.due_timer import DueTimer
 from oar.engine.reconciler import reconcile
+from oar.federation import asks as peer_asks
+from oar.federation import events as peer_events
 from oar.openclaw import runs as openclaw_runs
 from oar.schedules.schedules import fire_due
 from oar.watching.pruning import prune_if_due
@@ -44,9 +46,25 @@ def tick(runtime: Runtime) -> None:
         stepped = openclaw_runs.sweep(runtime, utcnow())
         if any(stepped.values()):
             log.info("openclaw runs swept: %s", stepped)
+        asks_checked = peer_asks.enqueue_due(runtime, utcnow())  # asks kept on paired relays
+        if asks_checked:
+            log.info("asks on paired relays to check: %s relays", asks_checked)
         prune_if_due(runtime, utcnow())  # delivered held rows, old events (docs/limits.md#retention)
     finally:
         database.close()
+
+
+def peer_events_loop(runtime: Runtime, stopping: threading.Event) -> None:
+    """Every PEER_EVENTS_POLL_SECONDS: a fetch job for each paired relay some conversation here
+    watches (docs/relays.md#events-across-relays); the job itself is short and never sleeps."""
+    period = runtime.time("PEER_EVENTS_POLL_SECONDS")
+    while not stopping.wait(period):
+        try:
+            peer_events.enqueue_due(runtime, utcnow())
+        except Exception:
+            log.exception("the paired relays' events sweep failed; trying again in %s s", period)
+        finally:
+            database.close()
 
 
 def main() -> None:
@@ -62,6 +80,7 @@ def main() -> None:
     period = runtime.time("RECONCILE_SECONDS")
     log.info("clock started: reconciling every %s s", period)
     DueTimer(runtime, stopping).start()
+    threading.Thread(target=peer_events_loop, args=(runtime, stopping), name="peer-events", daemon=True).start()
     while not stopping.is_set():
         try:
             tick(runtime)

@@ -16,6 +16,7 @@ from oar.core.runtime import Runtime
 from oar.core.settings import default_cwd
 from oar.core.shapes import CWD, EFFORT, MODE, MODEL, PROVIDER, TEXT, TITLE
 from oar.core.timeutil import utcnow
+from oar.federation import peers
 from oar.providers.choice import Requested, choose
 from oar.schedules import schedules
 from oar.sessions import groups, sessions
@@ -87,6 +88,8 @@ def start_conversation(runtime: Runtime, payload: dict[str, Any]) -> tuple[Sessi
         )
         token = sessions.issue_token(session)
         message = turns.insert_prompt(session, args["text"], turns.Provenance()) if args.get("text") else None
+        if args.get("text"):
+            peers.note_owner_message(session.id, args["text"])
     if message is not None:
         turns.start_turns(runtime, session.id)
     return Session.get_by_id(session.id), token, message
@@ -96,7 +99,7 @@ def list_sessions(runtime: Runtime) -> list[dict[str, Any]]:
     """Every session not deleted, most recently active first, as the owner API lists them."""
     rows = list(
         Session.select()
-        .where(Session.deleted == False)  # noqa: E712
+        .where((Session.deleted == False) & Session.remote_relay.is_null())  # noqa: E712
         .order_by(Session.last_activity_at.desc())
         .limit(SESSIONS_LISTED)
     )
@@ -125,6 +128,8 @@ def write_as_user(runtime: Runtime, session_id: str, payload: dict[str, Any]) ->
     with write_transaction():
         message = turns.insert_prompt(session, args["text"], turns.Provenance())
         loop.start_over(session.id)
+        # The paired relays the owner names here are unlocked in this conversation (docs/relays.md#locks).
+        peers.note_owner_message(session.id, args["text"])
     turns.start_turns(runtime, session.id)
     # The loop count starts over, so firings held by loop protection go out now (docs/schedules.md#schedules-into-other-sessions).
     schedules.release_held(runtime, session.id, utcnow())

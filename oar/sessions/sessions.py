@@ -22,7 +22,9 @@ _BY_TOKEN = Prepared(
     .limit(1)
 )
 _BY_ID = Prepared(
-    lambda session_id: Session.select().where((Session.id == session_id) & (Session.deleted == False)).limit(1)  # noqa: E712
+    lambda session_id: Session.select()
+    .where((Session.id == session_id) & (Session.deleted == False) & Session.remote_relay.is_null())  # noqa: E712
+    .limit(1)
 )
 
 
@@ -33,7 +35,7 @@ def resolve(reference: str, relay_name: str, nothing: str = "") -> Session:
     if session is None and len(reference) >= defaults.SHORT_ID_CHARS:
         matches = list(
             Session.select()
-            .where(Session.id.startswith(reference) & (Session.deleted == False))  # noqa: E712
+            .where(Session.id.startswith(reference) & (Session.deleted == False) & Session.remote_relay.is_null())  # noqa: E712
             .limit(2)
         )
         if len(matches) == 1:
@@ -81,6 +83,8 @@ def create(
         last_activity_at=now,
         created_by_session=created_by.id if created_by else None,
         created_by_title=created_by.title if created_by else None,
+        # Started by an agent on another relay: its stand-in here names that relay.
+        created_by_relay=created_by.remote_relay if created_by else None,
     )
 
 

@@ -50,6 +50,8 @@ def announce_answer(runtime: Runtime, question: Question) -> None:
     question = Question.get_by_id(question.id)
     text = f"{EVENT_HEADER}\n{questions.event_line(question)}"
     for session_id in dict.fromkeys((question.asker_session_id, question.session_id)):
+        if Session.select().where((Session.id == session_id) & Session.remote_relay.is_null(False)).exists():
+            continue  # another relay's conversation: its relay checks here for the answer (docs/relays.md#asks-across-relays)
         try:
             post(runtime, session_id, text, kind="event", hops=question.hops)
         except ActionError:

@@ -19,10 +19,10 @@ from peewee import fn
 
 from oar.core import keys
 from oar.core.db import released_connection, write_transaction
-from oar.core.models import HeldEvent, Message, Session, Subscription, Wakeup
+from oar.core.models import HeldEvent, Session, Subscription, Wakeup
 from oar.core.runtime import Runtime
 from oar.turns import automated, turns
-from oar.watching import delivery, due_jobs, held, subscription_rules
+from oar.watching import delivery, due_jobs, held, outbox, subscription_rules
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ def deliver(runtime: Runtime, watcher_id: str, now: datetime, lines: held.Lines 
         row.id: row
         for row in HeldEvent.select(
             HeldEvent.id, HeldEvent.due_at, HeldEvent.reason, HeldEvent.urgent, HeldEvent.subscription_id, HeldEvent.line,
-            HeldEvent.count, HeldEvent.seqs, HeldEvent.event_seq, HeldEvent.position,
+            HeldEvent.count, HeldEvent.seqs, HeldEvent.event_seq, HeldEvent.position, HeldEvent.kind,
         ).where(held.undelivered(watcher_id)).namedtuples()
     }
     chosen = [rows[h.key] for h in delivery.batch([delivery.Held(r.id, r.due_at, r.reason, r.urgent) for r in rows.values()], now)]
@@ -162,16 +162,21 @@ def deliver(runtime: Runtime, watcher_id: str, now: datetime, lines: held.Lines 
     # below only if still undelivered, and lines and the subscriptions' digest and quiet
     # hours never change.
     text = _message_text(chosen, lines or held.Lines())
-    message: Message | None = None
+    # Another relay's conversation (its stand-in here) gets the message by fetching it
+    # (docs/relays.md#events-across-relays): it waits in the outbox, and no turn runs here.
+    remote = watcher.remote_relay is not None
     try:
         with write_transaction():
             watcher = Session.get_by_id(watcher_id)
-            message = automated.insert(watcher, text, turns.Provenance(kind="event", hops=0))
-            claimed = held.claim([r.id for r in chosen], now, message.id)
+            if remote:
+                message_id = outbox.put(runtime, watcher_id, text, _kinds(chosen), now)
+            else:
+                message_id = automated.insert(watcher, text, turns.Provenance(kind="event", hops=0)).id
+            claimed = held.claim([r.id for r in chosen], now, message_id)
             if claimed != len(chosen):
                 raise held.Lost
             # The hourly cap counts wake-ups; older records are of no more use.
-            Wakeup.create(watcher=watcher_id, message_id=message.id, delivered_at=now)
+            Wakeup.create(watcher=watcher_id, message_id=message_id, delivered_at=now)
             Wakeup.delete().where(
                 (Wakeup.watcher == watcher_id) & (Wakeup.delivered_at < now - timedelta(seconds=2 * subscription_rules.timing(runtime).hour_seconds))
             ).execute()
@@ -180,9 +185,18 @@ def deliver(runtime: Runtime, watcher_id: str, now: datetime, lines: held.Lines 
                 Subscription.update(last_digest_at=now).where(Subscription.id.in_(digested)).execute()
     except held.Lost:
         return "lost"
-    turns.start_turns(runtime, watcher_id)
+    if not remote:
+        turns.start_turns(runtime, watcher_id)
     due_jobs.schedule_next(runtime, watcher_id)
     return "delivered"
+
+
+def _kinds(rows: list[Any]) -> dict[str, int]:
+    """How many events of each kind a delivery holds (for the `replayed` line on the other relay)."""
+    counted: dict[str, int] = {}
+    for row in rows:
+        counted[row.kind] = counted.get(row.kind, 0) + (row.count or 1)
+    return counted
 
 
 def _message_text(rows: list[Any], lines: held.Lines) -> str:

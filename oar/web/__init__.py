@@ -118,12 +118,27 @@ def create_app(config: Config | None = None) -> Flask:
                 response.headers["Retry-After"] = str(max(1, math.ceil(wait)))
         return response
 
-    from oar.web import api, external, health, mcp, mcp_team, openapi, openclaw, owner, page, page_team
+    from oar.web import (
+        api,
+        external,
+        health,
+        mcp,
+        mcp_team,
+        openapi,
+        openclaw,
+        owner,
+        owner_relays,
+        page,
+        page_relays,  # noqa: F401  (its routes are on the page's blueprint, registered with it)
+        page_team,  # noqa: F401  (its routes are on the page's blueprint, registered with it)
+        peer,
+    )
 
-    # The page's blueprint, with the team runs' routes added (its sign-in check and CSRF apply to them).
-    app.register_blueprint(page_team.blueprint)
+    app.register_blueprint(page.blueprint)
     app.register_blueprint(api.blueprint)
     app.register_blueprint(owner.blueprint)
+    app.register_blueprint(owner_relays.blueprint)
+    app.register_blueprint(peer.blueprint)
     app.register_blueprint(external.blueprint)
     app.register_blueprint(health.blueprint)
     app.register_blueprint(mcp.blueprint)

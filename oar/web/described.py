@@ -16,9 +16,11 @@ from typing import Any, TypeVar
 
 from oar.core.fields import Param
 
-# Who may call a route: the session's agent token, the owner token, or anyone.
+# Who may call a route: the session's agent token, the owner token, a pairing token this relay
+# gave out (the relay-to-relay API, not in the OpenAPI document), or anyone.
 SESSION = "session"
 OWNER = "owner"
+PEER = "peer"
 ANYONE = "anyone"
 
 # JSON Schema snippets for the fields of answers (the answers' inner shapes are documented in docs/).

@@ -31,7 +31,7 @@ from oar.core.fields import unstorable_text
 from oar.core.models import Provider as ProviderRow
 from oar.core.timeutil import iso, utcnow
 from oar.openclaw import policy_store
-from oar.owner import conversations, inbox, providers, schedules, settings, signins, subscriptions
+from oar.owner import conversations, inbox, providers, relays, schedules, settings, signins, subscriptions
 from oar.sessions import sessions
 from oar.sessions import state as session_state
 from oar.web import page_auth, page_filters, page_views, runtime
@@ -348,7 +348,8 @@ def settings_page(status: int = 200, **extra: Any) -> ResponseReturnValue:
             editing = provider_form_values(row)
     return render_template(
         "settings.html", page_kind="settings", values=values, providers=page_views.provider_list(),
-        provider_values=editing or {"kind": "chat"}, kinds=PROVIDER_KINDS_OFFERED, sign_ins=signins.count(), **extra,
+        provider_values=editing or {"kind": "chat"}, kinds=PROVIDER_KINDS_OFFERED, sign_ins=signins.count(),
+        paired=relays.list_relays(runtime()), pairing_tokens=relays.list_pairing_tokens(runtime()), **extra,
     ), status
 
 

@@ -78,7 +78,7 @@ def tool_lines(activities: list[str] | None) -> list[str]:
 def session_rows(archived: bool) -> list[dict[str, Any]]:
     rows = list(
         Session.select()
-        .where((Session.deleted == False) & (Session.archived == archived))  # noqa: E712
+        .where((Session.deleted == False) & (Session.archived == archived) & Session.remote_relay.is_null())  # noqa: E712
         .order_by(Session.last_activity_at.desc(), Session.id.desc())
         .limit(SESSIONS_SHOWN)
     )

@@ -1,0 +1,166 @@
+"""The relay-to-relay API (`/api/peer/v1/…`, docs/relays.md#the-link): what a paired relay's agents
+call here. Every call carries a pairing token this relay gave out and the caller's provenance
+(origin relay, conversation, session title, model, mode, hop count, how long it can wait) as
+headers; the action then goes through the same dispatcher as this relay's own agents' calls, with
+this relay's own checks and rules, as the calling conversation's stand-in here."""
+
+from __future__ import annotations
+
+from flask import Blueprint, jsonify, request
+from flask.typing import ResponseReturnValue
+from peewee import fn
+
+from oar import __version__
+from oar.actions.context import CallContext, Caller
+from oar.actions.dispatch import dispatch
+from oar.core.db import write_transaction
+from oar.core.errors import ActionError, invalid
+from oar.core.models import HeldEvent, Question, Subscription
+from oar.core.statuses import QuestionStatus, SubscriptionEndReason
+from oar.core.timeutil import iso, utcnow
+from oar.core.waiting import watched_by
+from oar.federation import callers, pairing
+from oar.federation.client import API, Origin
+from oar.federation.models import PairingToken, RemoteCaller
+from oar.watching import lifetime, outbox
+from oar.web import runtime
+from oar.web.auth import bearer_token, unauthorized
+from oar.web.bodies import json_body
+from oar.web.connection import connection_watch
+from oar.web.described import OBJECTS, PEER, TEXT, TEXTS, Operation, described
+
+COUNT = {"type": "integer"}
+
+blueprint = Blueprint("peer", __name__, url_prefix=API)
+
+# The version of this API; a peer that lacks a feature names it in REMOTE_RELAY_UNSUPPORTED.
+API_VERSION = 1
+FEATURES = ("actions", "waits", "groups", "asks", "events")
+# Asks one status request may name; deliveries one fetch of events answers.
+MAX_ASKS_LOOKED_UP = 100
+EVENTS_PER_FETCH = 200
+# Actions whose results would come back to the calling relay later (events, answers to asks):
+# not across relays in this version.
+NOT_ACROSS_RELAYS = {
+    "transfer_subscriptions": "moving subscriptions to a conversation on another relay",
+}
+
+
+def require_pairing() -> PairingToken:
+    token = bearer_token()
+    if token is None:
+        raise unauthorized("Send a pairing token of this relay as Authorization: Bearer <token>. Nothing was done.")
+    row = pairing.verify(token)
+    if row is None:
+        raise unauthorized("That pairing token is not valid on this relay (unknown or revoked). Nothing was done.")
+    return row
+
+
+@blueprint.get("/hello")
+@described(Operation(summary="Who this relay is (checks the pairing token)", caller=PEER, tag="peers",
+                     answer={"name": TEXT, "version": TEXT}, errors=(401,)))
+def hello() -> ResponseReturnValue:
+    """Who this relay is, for the relay pairing with it (and a check of its token)."""
+    require_pairing()
+    return jsonify({"ok": True, "name": runtime().relay_name(), "version": __version__, "api": API_VERSION,
+                    "features": list(FEATURES)})
+
+
+@blueprint.post("/call")
+@described(Operation(summary="One relay_tool call of an agent on the calling relay", caller=PEER, tag="peers",
+                     strict=False, errors=(400, 401, 403, 404, 409, 429, 502)))
+def call() -> ResponseReturnValue:
+    """One relay_tool call of an agent on the calling relay."""
+    token = require_pairing()
+    origin = Origin.from_headers(request.headers)
+    if origin is None:
+        raise invalid(
+            "A call from another relay carries its provenance: X-OAR-Origin-Relay, X-OAR-Origin-Session, "
+            "X-OAR-Origin-Title and X-OAR-Hops (digits). Nothing was done."
+        )
+    payload = json_body()
+    action = payload.get("action") if isinstance(payload, dict) else None
+    if isinstance(action, str) and action.strip() in NOT_ACROSS_RELAYS:
+        refused = ActionError(
+            "REMOTE_RELAY_UNSUPPORTED",
+            f'Relay "{runtime().relay_name()}" (version {__version__}) does not take '
+            f"{NOT_ACROSS_RELAYS[action.strip()]} yet. Nothing was done.",
+        )
+        return jsonify(refused.to_dict()), refused.status
+    pairing.note_use(token, origin.relay)
+    stand_in = callers.stand_in(token, origin)
+    remote = Caller(
+        session_id=origin.session, session_title=origin.session_title, model=origin.model, relay=origin.relay,
+        remote_hops=origin.hops,
+    )
+    ctx = CallContext(runtime=runtime(), caller=stand_in, via="peer", remote=remote)
+    if origin.wait_seconds is not None:
+        ctx.cap_waits(origin.wait_seconds, f'Relay "{origin.relay}" waits {origin.wait_seconds} s at most for this call, so it')
+    with watched_by(connection_watch(request.environ)):
+        status, answer = dispatch(ctx, payload)
+    return jsonify(answer), status
+
+
+@blueprint.get("/asks")
+@described(Operation(summary="Where the calling relay's asks kept here stand (answered, dismissed, …)", caller=PEER,
+                     tag="peers", answer={"asks": OBJECTS}, errors=(400, 401)))
+def asks() -> ResponseReturnValue:
+    """The asks named in `ids` that conversations of the calling relay made here (others: left out)."""
+    token = require_pairing()
+    wanted = [part for part in (request.args.get("ids") or "").split(",") if part][:MAX_ASKS_LOOKED_UP + 1]
+    if not wanted or len(wanted) > MAX_ASKS_LOOKED_UP or any(len(part) > 32 for part in wanted):
+        raise invalid(f"Give ids: 1 to {MAX_ASKS_LOOKED_UP} ask ids, comma-separated. Nothing was done.")
+    stand_ins = RemoteCaller.select(RemoteCaller.session).where(RemoteCaller.pairing_token == token.id)
+    rows = Question.select().where(
+        Question.id.in_(wanted) & (Question.kind == "ask") & Question.asker_session_id.in_(stand_ins)
+    )
+    return jsonify({"ok": True, "asks": [
+        {"question_id": row.id, "status": row.status, "answer": row.answer, "choices": row.choices, "via": row.via,
+         "answeredAt": iso(row.answered_at)}
+        for row in rows
+    ]})
+
+
+@blueprint.get("/events")
+@described(Operation(summary="Relay events for the calling relay's conversations' subscriptions here, after a cursor",
+                     caller=PEER, tag="peers", answer={"events": OBJECTS, "held": COUNT, "subscriptions": TEXTS},
+                     errors=(400, 401)))
+def events() -> ResponseReturnValue:
+    """What was delivered to the calling relay's conversations after `after` (the last id it kept;
+    what it kept is removed here), the events still held for them, and their active subscriptions."""
+    token = require_pairing()
+    after_text = request.args.get("after", "0")
+    if not after_text.isdigit() or len(after_text) > 18:
+        raise invalid("Give after: the id of the last delivery kept (0 for none). Nothing was done.")
+    callers = {row.session_id: row.remote_session for row in RemoteCaller.select().where(RemoteCaller.pairing_token == token.id)}
+    with write_transaction():
+        rows = outbox.fetch(list(callers), int(after_text), EVENTS_PER_FETCH)
+    still_held = HeldEvent.select(fn.COALESCE(fn.SUM(HeldEvent.count), 0)).where(
+        HeldEvent.watcher.in_(list(callers)) & HeldEvent.delivered_at.is_null() & (HeldEvent.dropped == False)  # noqa: E712
+    ).scalar() if callers else 0
+    active = [row.id for row in Subscription.select(Subscription.id).where(
+        Subscription.watcher.in_(list(callers)) & Subscription.ended_at.is_null())] if callers else []
+    return jsonify({"ok": True, "events": [
+        {"id": row["id"], "session": callers[row["watcher"]], "text": row["text"], "kinds": row["kinds"]} for row in rows
+    ], "held": int(still_held or 0), "subscriptions": active})
+
+
+@blueprint.post("/unpair")
+@described(Operation(summary="The calling relay removed its pairing: its subscriptions and asks here end",
+                     caller=PEER, tag="peers", answer={"subscriptions": COUNT, "asks": COUNT}, errors=(401,)))
+def unpair() -> ResponseReturnValue:
+    """End the subscriptions (`endReason: unpaired`) and pending asks of the calling relay's
+    conversations here, telling no one (docs/relays.md#removing-a-pairing)."""
+    token = require_pairing()
+    stand_ins = [row.session_id for row in RemoteCaller.select().where(RemoteCaller.pairing_token == token.id)]
+    now = utcnow()
+    ended = asks_ended = 0
+    if stand_ins:
+        with write_transaction():
+            for row in Subscription.select().where(Subscription.watcher.in_(stand_ins) & Subscription.ended_at.is_null()):
+                ended += lifetime.end(row, SubscriptionEndReason.UNPAIRED, now)
+            asks_ended = Question.update(status=QuestionStatus.ENDED, answered_at=now).where(
+                Question.asker_session_id.in_(stand_ins) & (Question.kind == "ask")
+                & (Question.status == QuestionStatus.PENDING)
+            ).execute()
+    return jsonify({"ok": True, "subscriptions": ended, "asks": asks_ended})
