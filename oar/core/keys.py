@@ -121,3 +121,13 @@ def delivery_job_id(stamp_ms: int, suffix: str = "") -> str:
 def schedule_job_id(schedule_id: str, due_ms: int) -> str:
     """The job firing a schedule at one due time (UTC milliseconds)."""
     return f"{schedule_id}-{due_ms}"
+
+
+def notify_job_id(stamp_ms: int) -> str:
+    """The notification sender's job of one due time (UTC milliseconds)."""
+    return f"ntf-{stamp_ms}"
+
+
+def notify_nudge(namespace: str) -> str:
+    """Set when the clock's sweep enqueued the notification sender (it does so once in a while)."""
+    return f"{namespace}:notify-nudge"

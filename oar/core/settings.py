@@ -80,10 +80,30 @@ FIELDS: dict[str, Param] = {
     "relay_name": Param("str", max_length=100, description="the relay's name, 1 to 100 characters"),
     "rate_calls_per_minute": Param("int", minimum=0, maximum=100_000, description="0: no limit"),
     "rate_writes_per_minute": Param("int", minimum=0, maximum=100_000, description="0: no limit"),
+    "notify_quiet_hours": Param(
+        "object", description='the owner\'s quiet hours for notifications, {"from": "HH:MM", "to": "HH:MM", "tz": '
+        '"Area/City"}, or null (docs/notifications.md#quiet-hours)',
+    ),
+    "notify_quiet_hours_hold_all": Param(
+        "bool", description="quiet hours hold cards and questions too (by default they go out at once)",
+    ),
 }
 
 
+def _quiet_hours_shape(name: str, value: Any) -> dict[str, str]:
+    """The shape only: the owner service (oar.owner.settings) checks the times and the zone with
+    the quiet-hours rules, which live above this layer."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or set(value) - {"from", "to", "tz"} or not all(isinstance(v, str) for v in value.values()):
+        raise invalid(f'{name} must be {{"from": "HH:MM", "to": "HH:MM", "tz": "Area/City"}} or null. Nothing was changed.')
+    # Stored as {} when there are none (a setting's value is never null); read back as None.
+    return {key: value[key] for key in ("from", "to", "tz") if key in value}
+
+
 def _validator(name: str, param: Param) -> Callable[[str, Any], Any]:
+    if name == "notify_quiet_hours":
+        return _quiet_hours_shape
     if name == "allowed_roots":
         return _roots
     if name == "relay_name":
@@ -119,6 +139,9 @@ def default_settings(config: Config) -> dict[str, Any]:
         "relay_name": config.relay_name,
         "rate_calls_per_minute": defaults.RATE_CALLS_PER_MINUTE,
         "rate_writes_per_minute": defaults.RATE_WRITES_PER_MINUTE,
+        # None: no quiet hours for notifications; cards and questions go out even inside them.
+        "notify_quiet_hours": None,
+        "notify_quiet_hours_hold_all": False,
     }
 
 
@@ -131,6 +154,7 @@ def load(config: Config) -> dict[str, Any]:
     values = default_settings(config)
     for row in Setting.select().where(Setting.key.in_(list(VALIDATORS))):
         values[row.key] = row.value
+    values["notify_quiet_hours"] = values["notify_quiet_hours"] or None  # none stored as {}
     return values
 
 

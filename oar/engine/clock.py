@@ -19,6 +19,7 @@ from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
 from oar.engine.due_timer import DueTimer
 from oar.engine.reconciler import reconcile
+from oar.notifications import sweep as notifications
 from oar.schedules.schedules import fire_due
 from oar.watching.pruning import prune_if_due
 from oar.watching.sweep import sweep
@@ -40,6 +41,10 @@ def tick(runtime: Runtime) -> None:
         if any(swept.values()):
             log.info("deliveries swept: %s", swept)
         prune_if_due(runtime, utcnow())  # delivered held rows, old events (docs/limits.md#retention)
+        # Notifications no job collected or sent (lost jobs, a flushed Redis: docs/notifications.md#reliable).
+        notified = notifications.sweep(runtime, utcnow())
+        if notified["collected"] or notified["released"]:
+            log.info("notifications swept: %s", notified)
     finally:
         database.close()
 

@@ -14,7 +14,18 @@ from flask.typing import ResponseReturnValue
 from oar.core import settings as relay_settings
 from oar.core.errors import invalid
 from oar.core.fields import unstorable_text
-from oar.owner import conversations, groups, inbox, providers, schedules, settings, signins, subscriptions
+from oar.notifications import channels as notification_channels
+from oar.owner import (
+    conversations,
+    groups,
+    inbox,
+    notifications,
+    providers,
+    schedules,
+    settings,
+    signins,
+    subscriptions,
+)
 from oar.providers import settings as provider_settings
 from oar.web import runtime
 from oar.web.auth import require_owner
@@ -292,3 +303,42 @@ def unsubscribe(subscription_id: str) -> ResponseReturnValue:
     """The page's Unsubscribe: the subscription ends with endReason `unsubscribed` (docs/events.md#lifetime)."""
     ended, row = subscriptions.end_subscription(runtime(), subscription_id)
     return ok(ended=ended, subscription=subscriptions.subscription_view(row))
+
+
+# Notification channels (docs/notifications.md) ------------------------------------------------
+
+
+@blueprint.get("/notifications")
+@described(owner("Every notification channel (never a URL)", answer={"channels": OBJECTS}))
+def list_notification_channels() -> ResponseReturnValue:
+    return ok(channels=notifications.list_channels(runtime()))
+
+
+@blueprint.get("/notifications/<name>")
+@described(owner("One notification channel, its last error and its newest notifications (never its URL)",
+                 answer={"channel": OBJECT, "recent": OBJECTS}))
+def get_notification_channel(name: str) -> ResponseReturnValue:
+    channel, recent = notifications.read_channel(runtime(), name)
+    return ok(channel=channel, recent=recent)
+
+
+@blueprint.put("/notifications/<name>")
+@described(owner("Create or replace a notification channel: its type, kinds and URL (write-only)",
+                 body=notification_channels.FIELDS, answer={"channel": OBJECT}))
+def put_notification_channel(name: str) -> ResponseReturnValue:
+    return ok(channel=notifications.save_channel(runtime(), name, body()))
+
+
+@blueprint.delete("/notifications/<name>")
+@described(owner("Delete a notification channel and what it still had to send",
+                 answer={"deleted": {"const": True}, "channel": TEXT}))
+def delete_notification_channel(name: str) -> ResponseReturnValue:
+    notifications.delete_channel(runtime(), name)
+    return ok(deleted=True, channel=name)
+
+
+@blueprint.post("/notifications/<name>/test")
+@described(owner("Send a test notification through the channel (queued: it goes out at once)",
+                 answer={"queued": {"const": True}, "notification": COUNT}))
+def test_notification_channel(name: str) -> ResponseReturnValue:
+    return ok(queued=True, notification=notifications.test_channel(runtime(), name))

@@ -4,5 +4,6 @@ its own keeps its models beside its code)."""
 from __future__ import annotations
 
 from oar.core.models import MODELS, BaseModel
+from oar.notifications.models import MODELS as NOTIFICATION_MODELS
 
-ALL_MODELS: tuple[type[BaseModel], ...] = MODELS
+ALL_MODELS: tuple[type[BaseModel], ...] = MODELS + NOTIFICATION_MODELS
