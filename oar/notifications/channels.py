@@ -18,7 +18,7 @@ from oar.core.errors import invalid, not_found
 from oar.core.fields import Param, check_fields
 from oar.core.models import Setting
 from oar.core.timeutil import iso, utcnow
-from oar.notifications import transports
+from oar.notifications import collect, transports
 from oar.notifications.kinds import CHOOSABLE, DEFAULT_KINDS, ChannelType
 from oar.notifications.models import Channel, Notification
 
@@ -99,6 +99,7 @@ def save(name: str, payload: dict[str, Any]) -> Channel:
         raise invalid(f"notification channel: at most {defaults.NOTIFY_MAX_CHANNELS} channels. {NOTHING}")
     now = utcnow()
     with write_transaction():
+        collect.start_cursor(skip=not Channel.select().exists())
         if existing is None:
             Channel.create(name=name, created_at=now, updated_at=now, **fields)
         else:

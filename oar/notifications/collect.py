@@ -36,8 +36,7 @@ def collect(runtime: Runtime, now: datetime) -> int:
     """Write outbox rows for whatever waits unannounced; returns how many items were found."""
     channels = list(Channel.select())
     if not channels:
-        skip_events()  # nobody to tell: a channel added later starts from what happens then
-        return 0
+        return 0  # nobody to tell: the first channel starts the cursor at what happens then
     found = _announce_once(runtime, channels, now, waiting_items(runtime, now) + capped_items(runtime, now))
     while True:
         batch = _read_events(now)
@@ -152,18 +151,22 @@ def capped_items(runtime: Runtime, now: datetime) -> list[tuple[str, Item]]:
 # The event log --------------------------------------------------------------------------
 
 
-def skip_events() -> None:
-    """Move the cursor past every event (or create it there)."""
+def start_cursor(skip: bool) -> None:
+    """Create the cursor at the newest event, or (`skip`: the first channel, after a time with
+    none) move it there: events from before anyone was told are not told later. Call in the
+    transaction that saves a channel."""
     last = Event.select(fn.MAX(Event.seq)).scalar() or 0
-    Setting.insert(key=CURSOR_KEY, value=last).on_conflict(
-        conflict_target=[Setting.key], update={Setting.value: last}
-    ).execute()
+    insert = Setting.insert(key=CURSOR_KEY, value=last)
+    if skip:
+        insert.on_conflict(conflict_target=[Setting.key], update={Setting.value: last}).execute()
+    else:
+        insert.on_conflict_ignore().execute()
 
 
 def _read_events(now: datetime) -> tuple[int, list[Event]] | None:
     row = Setting.get_or_none(Setting.key == CURSOR_KEY)
     if row is None:
-        skip_events()
+        start_cursor(skip=False)
         return None
     cursor = int(row.value or 0)
     events = list(Event.select().where(Event.seq > cursor).order_by(Event.seq).limit(EVENT_BATCH))
