@@ -118,7 +118,16 @@ def create_app(config: Config | None = None) -> Flask:
                 response.headers["Retry-After"] = str(max(1, math.ceil(wait)))
         return response
 
-    from oar.web import api, external, health, mcp, openapi, owner, page
+    from oar.web import (
+        api,
+        external,
+        health,
+        mcp,
+        openapi,
+        owner,
+        page,
+        page_notify,  # noqa: F401 - adds its routes to the page's blueprint before it is registered
+    )
 
     app.register_blueprint(page.blueprint)
     app.register_blueprint(api.blueprint)

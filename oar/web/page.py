@@ -40,7 +40,7 @@ blueprint = Blueprint("page", __name__)
 
 # Endpoints an unsigned visitor may use: the sign-in form and its POST.
 PUBLIC = {"page.index", "page.sign_in"}
-LIVE = {"page.live_session", "page.live_overview", "page.live_inbox"}
+LIVE = {"page.live_session", "page.live_overview", "page.live_inbox", "page.live_notifications"}
 
 SETTING_BOOLS = ("agent_sessions_enabled", "accept_agent_prompts", "allow_shell_tasks", "shell_tasks_via_shell",
                  "tasks_without_sandbox", "tasks_use_network")
