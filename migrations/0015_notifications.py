@@ -1,5 +1,5 @@
-"""Notifications to the owner (docs/notifications.md): channels, the outbox, and what was
-already announced.
+"""Notifications to the owner (docs/notifications.md): channels, the outbox, what was already
+announced, and Web Push subscriptions.
 
 A frozen copy of the tables as they were when this migration was written.
 """
@@ -41,6 +41,7 @@ def up(migrator, db):
         lease_until = pw.DateTimeField(null=True)
         sent_at = pw.DateTimeField(null=True)
         error = pw.TextField(null=True)
+        pushed_to = pw.TextField()
 
         class Meta:
             database = db
@@ -58,9 +59,31 @@ def up(migrator, db):
             database = db
             table_name = "notification_announced"
 
-    db.create_tables([Channel, Notification, Announced])
+    class PushSubscription(pw.Model):
+        id = pw.CharField(primary_key=True, max_length=32)
+        endpoint = pw.TextField(unique=True)
+        p256dh = pw.CharField(max_length=100)
+        auth = pw.CharField(max_length=40)
+        label = pw.CharField(null=True, max_length=100)
+        created_at = pw.DateTimeField()
+
+        class Meta:
+            database = db
+            table_name = "push_subscription"
+
+    class VapidKey(pw.Model):
+        id = pw.IntegerField(primary_key=True)
+        private_pem = pw.TextField()
+        created_at = pw.DateTimeField()
+
+        class Meta:
+            database = db
+            table_name = "webpush_vapid_key"
+
+    db.create_tables([Channel, Notification, Announced, PushSubscription, VapidKey])
 
 
 def down(migrator, db):
-    for table in ("notification", "notification_announced", "notification_channel"):
+    for table in ("notification", "notification_announced", "notification_channel", "push_subscription",
+                  "webpush_vapid_key"):
         db.execute_sql(f'DROP TABLE IF EXISTS "{table}"')

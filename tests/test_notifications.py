@@ -8,14 +8,19 @@ merge window and short retries; the receivers are real HTTP servers on loopback.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import threading
 from collections.abc import Iterator
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import http_ece
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from oar.core.db import database
 from oar.core.models import TokenUsage
@@ -124,6 +129,7 @@ def read(relay: Relay, name: str) -> dict[str, Any]:
     ({"type": "url", "url": "json://127.0.0.1/" + "x" * 2100}, "the limit is 2,000"),
     ({"type": "url"}, "needs url"),
     ({"type": "page", "url": "json://127.0.0.1:9/hook"}, "url is for url channels only"),
+    ({"type": "webpush", "url": "json://127.0.0.1:9/hook"}, "url is for url channels only"),
     ({"type": "sms"}, "type must be"),
     ({"type": "url", "url": "json://127.0.0.1:9/hook", "colour": "red"}, "does not take: colour"),
 ])
@@ -232,7 +238,7 @@ def test_it_merges_notifications_of_one_kind_and_session_within_the_window(relay
     assert [(row["status"], row["count"]) for row in recent] == [("sent", 2), ("sent", 1)]
 
 
-def test_it_retries_a_failing_receiver_and_sends_once(relay: Relay, receiver: Receiver) -> None:
+def test_it_retries_a_failing_receiver_and_sends_once(relay: Relay, receiver: Receiver, notifying: RelayStack) -> None:
     channel(relay, "flaky", type="url", url=f"json://{receiver.host}/fail2/{SECRET}")
     channel(relay, "down", type="url", url=f"json://{receiver.host}/fail99/{SECRET}")
     desk = relay.conversation("desk")
@@ -245,6 +251,8 @@ def test_it_retries_a_failing_receiver_and_sends_once(relay: Relay, receiver: Re
     down = poll("the failing channel's error", lambda: read(relay, "down")["channel"]["lastError"])
     assert "500" in down and SECRET not in down
     assert receiver.failures[f"/fail2/{SECRET}"] == 3 and len(receiver.at(f"/fail2/{SECRET}")) == 1
+    logs = notifying.log("worker", tail=200_000) + notifying.log("clock", tail=200_000)
+    assert "not sent (attempt 1)" in logs and SECRET not in logs  # the failures are logged, the URL never
 
 
 def test_it_drops_a_question_answered_before_sending_and_survives_a_flushed_redis(
@@ -294,6 +302,105 @@ def test_it_tells_of_a_provider_at_its_cap_once_and_of_a_failed_turn(relay: Rela
     assert failed[0]["title"] == "A provider needs attention · Failing"
     assert failed[0]["message"].startswith('A turn failed (provider "metered")')
     assert len(receiver.at("/providers")) == 2  # the cap once, however often the clock looks
+
+
+# Web Push ------------------------------------------------------------------------------------
+
+
+class PushService:
+    """A push service on loopback: records each push (headers and encrypted body); `/gone/…`
+    subscriptions answer 410 as a push service does for an expired one."""
+
+    def __init__(self) -> None:
+        self.pushed: list[tuple[str, dict[str, str], bytes]] = []
+        service = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - the http.server name
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                service.pushed.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+                self.send_response(410 if self.path.startswith("/gone/") else 201)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.origin = f"http://127.0.0.1:{self.server.server_port}"
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def unb64url(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class BrowserKeys:
+    """What a browser's PushManager makes for a subscription: a P-256 key pair and an auth secret."""
+
+    def __init__(self) -> None:
+        self.private = ec.generate_private_key(ec.SECP256R1())
+        self.auth = os.urandom(16)
+
+    def keys(self) -> dict[str, str]:
+        point = self.private.public_key().public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
+        return {"p256dh": b64url(point), "auth": b64url(self.auth)}
+
+    def decrypt(self, body: bytes) -> dict[str, Any]:
+        return json.loads(http_ece.decrypt(body, private_key=self.private, auth_secret=self.auth, version="aes128gcm"))
+
+
+def test_it_pushes_to_a_browser_encrypted_for_its_keys_and_removes_a_gone_one(relay: Relay) -> None:
+    service = PushService()
+    try:
+        browser = BrowserKeys()
+        first = relay.owner.get("/api/v1/owner/push-subscriptions")
+        assert first["subscriptions"] == [] and first["publicKey"] == relay.owner.get("/api/v1/owner/push-subscriptions")["publicKey"]
+        status, added = relay.owner.request("POST", "/api/v1/owner/push-subscriptions", {
+            "endpoint": f"{service.origin}/push/phone-123", "keys": browser.keys(), "label": "phone"})
+        assert status == 201 and added["subscription"]["pushService"] == "127.0.0.1", added
+        assert "phone-123" not in json.dumps(relay.owner.get("/api/v1/owner/push-subscriptions"))
+        relay.owner.request("POST", "/api/v1/owner/push-subscriptions", {
+            "endpoint": f"{service.origin}/gone/old-laptop", "keys": BrowserKeys().keys()})
+        channel(relay, "push", type="webpush")
+
+        relay.conversation("desk").ok("ask", question="Push me?")
+        pushed = poll("the push", lambda: [p for p in service.pushed if p[0] == "/push/phone-123"])
+        _, headers, body = pushed[0]
+        assert headers["content-encoding"] == "aes128gcm" and b"Push me?" not in body
+        shown = browser.decrypt(body)
+        assert shown == {"title": "A question waits for your answer · desk", "body": "Push me?", "link": f"{relay.url}/inbox"}
+        # Signed with the relay's VAPID key, for this push service's origin.
+        vapid = dict(part.strip().split("=", 1) for part in headers["authorization"].removeprefix("vapid ").split(","))
+        assert vapid["k"] == first["publicKey"]
+        claims = json.loads(unb64url(vapid["t"].split(".")[1]))
+        assert claims["aud"] == service.origin
+
+        # The push service said 410 for the other: it is removed, and the row counts as sent.
+        poll("the gone subscription removed", lambda: len(relay.owner.get("/api/v1/owner/push-subscriptions")["subscriptions"]) == 1)
+        rows = poll("the sent row", lambda: [r for r in read(relay, "push")["recent"] if r["status"] == "sent"])
+        assert rows[0]["attempts"] == 1 and len([p for p in service.pushed if p[0] == "/push/phone-123"]) == 1
+    finally:
+        service.server.shutdown()
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    ({"endpoint": "http://push.example.com/x", "keys": {"p256dh": "AAAA", "auth": "AAAA"}}, "https://"),
+    ({"endpoint": "https://push.example.com/" + "x" * 2100, "keys": {}}, "the limit is 2,000"),
+    ({"endpoint": "https://push.example.com/x"}, "needs keys"),
+    ({"endpoint": "https://push.example.com/x", "keys": {"p256dh": "not-a-key", "auth": "AAAAAAAAAAAAAAAAAAAAAA"}}, "P-256 public key"),
+    ({"endpoint": "https://push.example.com/x", "keys": {"p256dh": BrowserKeys().keys()["p256dh"], "auth": "AAAA"}}, "keys.auth 16"),
+    ({"endpoint": "https://push.example.com/x", "keys": {**BrowserKeys().keys(), "extra": "1"}}, "keys must be"),
+    ({"endpoint": "https://push.example.com/x", "keys": BrowserKeys().keys(), "colour": "red"}, "does not take: colour"),
+])
+def test_it_refuses_a_bad_push_subscription_and_stores_nothing(relay: Relay, body: dict[str, Any], says: str) -> None:
+    status, answer = relay.owner.request("POST", "/api/v1/owner/push-subscriptions", body)
+    assert status == 400 and says in answer["error"] and "Nothing was changed." in answer["error"], answer
+    assert relay.owner.get("/api/v1/owner/push-subscriptions")["subscriptions"] == []
 
 
 # Quiet hours -----------------------------------------------------------------------------------

@@ -142,3 +142,25 @@ def test_the_settings_page_adds_tests_and_deletes_a_channel_and_sets_quiet_hours
     tab.locator("#channel-hook").get_by_role("button", name="Delete").click()
     expect(tab.locator(".flash.ok")).to_have_text('Notification channel "hook" deleted.')
     assert relay.owner.get("/api/v1/owner/notifications")["channels"] == []
+
+
+def test_the_settings_page_offers_web_push_and_removes_a_browser(relay: Relay, tab: Page) -> None:
+    worker = tab.request.get(f"{relay.url}/service-worker.js")
+    assert worker.status == 200 and worker.headers["content-type"].startswith("text/javascript")
+    assert worker.headers["service-worker-allowed"] == "/" and 'addEventListener("push"' in worker.text()
+    point = "BNcRdreALRFXTkOOUHK1EtK2wtaz5Ry4YfYCA_0QTpQtUbVlUls0VJXg7A8u-Ts1XbjhazAkj7I99e8QcYP7DkM"
+    relay.owner.request("POST", "/api/v1/owner/push-subscriptions", {
+        "endpoint": "https://push.example.com/wpush/v2/secret-capability", "label": "Phone",
+        "keys": {"p256dh": point, "auth": "tBHItJI5svbpez7KI4CCXg"},
+    })
+    tab.goto("/settings#web-push")
+    form = tab.locator("form[data-push-form]")
+    expect(form.get_by_role("button", name="Web Push on this browser")).to_be_visible()
+    assert form.get_attribute("data-push-key") == relay.owner.get("/api/v1/owner/push-subscriptions")["publicKey"]
+    browser = tab.locator("li.push-browser")
+    expect(browser).to_contain_text("Phone")
+    expect(browser).to_contain_text("push.example.com")
+    assert "secret-capability" not in tab.content()
+    browser.get_by_role("button", name="Remove").click()
+    expect(tab.locator(".flash.ok")).to_have_text("The browser no longer receives Web Push notifications.")
+    assert relay.owner.get("/api/v1/owner/push-subscriptions")["subscriptions"] == []

@@ -27,7 +27,7 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_URL_CHARS = 2000
 
 FIELDS = {
-    "type": Param("str", required=True, choices=tuple(ChannelType), description="page or url"),
+    "type": Param("str", required=True, choices=tuple(ChannelType), description="page, url or webpush"),
     "url": Param(
         "str", max_length=MAX_URL_CHARS,
         description="url: an Apprise URL such as ntfy://ntfy.sh/topic, json://host/path, slack://…; write-only",
@@ -60,8 +60,8 @@ def check(name: str, payload: dict[str, Any], existing: Channel | None) -> dict[
     kind = ChannelType(args["type"])
     kinds = _checked_kinds(args.get("kinds"))
     url = args.get("url")
-    if kind == ChannelType.PAGE and url is not None:
-        raise invalid(f"notification channel: url is for url channels only (a page channel is the open page). {NOTHING}")
+    if kind != ChannelType.URL and url is not None:
+        raise invalid(f"notification channel: url is for url channels only (a {kind} channel needs none). {NOTHING}")
     if kind == ChannelType.URL:
         if url is None:
             if existing is None or existing.type != ChannelType.URL or not existing.url:

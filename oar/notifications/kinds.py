@@ -21,6 +21,7 @@ class Kind(StrEnum):
 class ChannelType(StrEnum):
     PAGE = "page"  # the owner's open page: a browser notification
     URL = "url"  # a notification URL for chat and push services, sent through Apprise
+    WEBPUSH = "webpush"  # Web Push to every subscribed browser of the owner's, even with no page open
 
 
 # What a channel may list (TEST is not listed: a test goes to the channel it tests).

@@ -1,5 +1,5 @@
-"""The notification tables (docs/notifications.md): channels, the outbox, and what was
-already announced."""
+"""The notification tables (docs/notifications.md): channels, the outbox, what was already
+announced, and the owner's browsers' Web Push subscriptions."""
 
 from __future__ import annotations
 
@@ -57,6 +57,8 @@ class Notification(BaseModel):
     lease_until = pw.DateTimeField(null=True)
     sent_at = pw.DateTimeField(null=True)
     error = pw.TextField(null=True)
+    # Web Push: the subscriptions it already reached, so a retry pushes only to the others.
+    pushed_to = JSONField(default=list)
 
     class Meta:
         table_name = "notification"
@@ -77,4 +79,30 @@ class Announced(BaseModel):
         table_name = "notification_announced"
 
 
-MODELS: tuple[type[BaseModel], ...] = (Channel, Notification, Announced)
+class PushSubscription(BaseModel):
+    """One browser's Web Push subscription: its push service's endpoint and the keys its
+    payloads are encrypted with (RFC 8291). The endpoint is a capability URL: shown by host only."""
+
+    id = pw.CharField(primary_key=True, max_length=32)
+    endpoint = pw.TextField(unique=True)
+    p256dh = pw.CharField(max_length=100)
+    auth = pw.CharField(max_length=40)
+    label = pw.CharField(null=True, max_length=100)
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "push_subscription"
+
+
+class VapidKey(BaseModel):
+    """The relay's VAPID key pair (one row), generated once: its private half is never shown or logged."""
+
+    id = pw.IntegerField(primary_key=True)  # always 1
+    private_pem = pw.TextField()
+    created_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "webpush_vapid_key"
+
+
+MODELS: tuple[type[BaseModel], ...] = (Channel, Notification, Announced, PushSubscription, VapidKey)

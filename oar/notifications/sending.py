@@ -22,10 +22,10 @@ from oar.core import defaults, jobs, keys
 from oar.core.db import write_transaction
 from oar.core.runtime import Runtime
 from oar.core.statuses import NotificationStatus
-from oar.notifications import transports
+from oar.notifications import transports, webpush
 from oar.notifications.collect import collect, still_waiting
 from oar.notifications.kinds import ANSWERABLE, URGENT, ChannelType, Kind
-from oar.notifications.models import Channel, Notification
+from oar.notifications.models import Channel, Notification, PushSubscription
 from oar.notifications.quiet import owner_quiet_hours
 from oar.watching import quiet_hours
 
@@ -143,7 +143,33 @@ def deliver(runtime: Runtime, channel: Channel, row: Notification) -> str | None
     if channel.type == ChannelType.URL and channel.url:
         body = f"{row.body}\n{row.link}" if row.link else row.body
         return transports.send_url(channel.url, row.title, body, runtime.time("NOTIFY_SEND_TIMEOUT_SECONDS"))
+    if channel.type == ChannelType.WEBPUSH:
+        return push_to_browsers(runtime, row)
     return f"channel type {channel.type} cannot send"
+
+
+def push_to_browsers(runtime: Runtime, row: Notification) -> str | None:
+    """Push to every subscribed browser this row has not reached yet; a gone subscription (404,
+    410) is removed. None when every browser left has it, else the first error."""
+    browsers = webpush.listed()
+    if not browsers:
+        return "no browser has subscribed to Web Push yet (Settings: Web Push on this browser)"
+    data = webpush.payload(row.title, row.body, row.link)
+    reached = list(row.pushed_to or [])
+    errors: list[str] = []
+    for browser in browsers:
+        if browser.id in reached:
+            continue
+        outcome = webpush.push(browser, data, runtime.config, runtime.time("NOTIFY_SEND_TIMEOUT_SECONDS"))
+        if outcome.gone:
+            PushSubscription.delete().where(PushSubscription.id == browser.id).execute()
+            log.info("push subscription %s is gone (its push service said so): removed", browser.id)
+        elif outcome.error:
+            errors.append(outcome.error)
+        else:
+            reached.append(browser.id)
+            Notification.update(pushed_to=reached).where(Notification.id == row.id).execute()
+    return errors[0] if errors else None
 
 
 def next_due(now: datetime) -> datetime | None:

@@ -10,7 +10,7 @@ from oar.core.db import write_transaction
 from oar.core.errors import not_found
 from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
-from oar.notifications import channels, feed
+from oar.notifications import channels, feed, webpush
 from oar.notifications.outbox import announce_test
 from oar.owner.inbox import pending_count
 
@@ -47,3 +47,17 @@ def test_channel(runtime: Runtime, name: str) -> int:
 def page_feed(runtime: Runtime, after: int | None) -> dict[str, Any]:
     """What the open page polls: the Inbox count, and the page channels' notifications after `after`."""
     return {"inboxCount": pending_count(), **feed.page_feed(after, utcnow())}
+
+
+def push_settings(runtime: Runtime) -> dict[str, Any]:
+    """The relay's VAPID public key (what a browser subscribes with) and the subscribed browsers."""
+    return {"publicKey": webpush.public_key(), "subscriptions": [webpush.view(s) for s in webpush.listed()]}
+
+
+def subscribe_browser(runtime: Runtime, payload: dict[str, Any]) -> dict[str, Any]:
+    """Store a browser's Web Push subscription (the same endpoint again replaces its keys)."""
+    return webpush.view(webpush.subscribe(payload))
+
+
+def unsubscribe_browser(runtime: Runtime, subscription_id: str) -> None:
+    webpush.unsubscribe(subscription_id)

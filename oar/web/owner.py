@@ -15,6 +15,7 @@ from oar.core import settings as relay_settings
 from oar.core.errors import invalid
 from oar.core.fields import unstorable_text
 from oar.notifications import channels as notification_channels
+from oar.notifications import webpush
 from oar.owner import (
     conversations,
     groups,
@@ -342,3 +343,24 @@ def delete_notification_channel(name: str) -> ResponseReturnValue:
                  answer={"queued": {"const": True}, "notification": COUNT}))
 def test_notification_channel(name: str) -> ResponseReturnValue:
     return ok(queued=True, notification=notifications.test_channel(runtime(), name))
+
+
+@blueprint.get("/push-subscriptions")
+@described(owner("The relay's Web Push key and the subscribed browsers (never their endpoints)",
+                 answer={"publicKey": TEXT, "subscriptions": OBJECTS}))
+def list_push_subscriptions() -> ResponseReturnValue:
+    return ok(**notifications.push_settings(runtime()))
+
+
+@blueprint.post("/push-subscriptions")
+@described(owner("Subscribe a browser to Web Push (its PushSubscription.toJSON())", body=webpush.FIELDS,
+                 status=201, answer={"subscription": OBJECT}))
+def add_push_subscription() -> ResponseReturnValue:
+    return ok(subscription=notifications.subscribe_browser(runtime(), body())), 201
+
+
+@blueprint.delete("/push-subscriptions/<subscription_id>")
+@described(owner("Remove a browser's Web Push subscription", answer={"deleted": {"const": True}, "subscription": TEXT}))
+def delete_push_subscription(subscription_id: str) -> ResponseReturnValue:
+    notifications.unsubscribe_browser(runtime(), subscription_id)
+    return ok(deleted=True, subscription=subscription_id)

@@ -38,8 +38,9 @@ from oar.web.auth import is_owner_token
 
 blueprint = Blueprint("page", __name__)
 
-# Endpoints an unsigned visitor may use: the sign-in form and its POST.
-PUBLIC = {"page.index", "page.sign_in"}
+# Endpoints an unsigned visitor may use: the sign-in form and its POST, and the service worker
+# (a static script a browser fetches again on its own).
+PUBLIC = {"page.index", "page.sign_in", "page.service_worker"}
 LIVE = {"page.live_session", "page.live_overview", "page.live_inbox", "page.live_notifications"}
 
 SETTING_BOOLS = ("agent_sessions_enabled", "accept_agent_prompts", "allow_shell_tasks", "shell_tasks_via_shell",

@@ -7,9 +7,10 @@ service (`oar.owner.notifications`, `oar.owner.settings`) as the owner API's rou
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from flask import jsonify, request, url_for
+from flask import Response, jsonify, request, send_from_directory, url_for
 from flask.typing import ResponseReturnValue
 
 from oar.core.errors import ActionError
@@ -19,6 +20,7 @@ from oar.web import runtime
 from oar.web.page import blueprint, done, form_text, payload_of, refused
 
 HERE = "page.settings_view"
+STATIC = Path(__file__).resolve().parent / "static"
 KIND_LABELS = {
     "card_waiting": "Approval cards waiting",
     "question_waiting": "Questions waiting",
@@ -42,7 +44,39 @@ def notification_settings() -> dict[str, Any]:
         "types": [kind.value for kind in ChannelType],
         "quiet": stored.get("notify_quiet_hours") or {},
         "hold_all": stored.get("notify_quiet_hours_hold_all"),
+        "push": notifications.push_settings(runtime()),
     }
+
+
+@blueprint.get("/service-worker.js")
+def service_worker() -> Response:
+    """The service worker, at the site's root so that its scope is the whole page."""
+    answer = send_from_directory(STATIC, "service-worker.js", mimetype="text/javascript", max_age=0)
+    answer.headers["Service-Worker-Allowed"] = "/"
+    return answer
+
+
+@blueprint.post("/settings/push")
+def subscribe_browser() -> ResponseReturnValue:
+    """This browser's Web Push subscription, posted by page.js after the browser subscribed."""
+    try:
+        notifications.subscribe_browser(runtime(), payload_of({
+            "endpoint": form_text("endpoint").strip(),
+            "keys": {"p256dh": form_text("p256dh").strip(), "auth": form_text("auth").strip()},
+            "label": form_text("label").strip()[:100],
+        }))
+    except ActionError as error:
+        return refused(error, here())
+    return done("This browser receives Web Push notifications.", here())
+
+
+@blueprint.post("/settings/push/<subscription_id>/delete")
+def unsubscribe_browser(subscription_id: str) -> ResponseReturnValue:
+    try:
+        notifications.unsubscribe_browser(runtime(), subscription_id)
+    except ActionError as error:
+        return refused(error, here())
+    return done("The browser no longer receives Web Push notifications.", here())
 
 
 @blueprint.get("/live/notifications")

@@ -172,6 +172,36 @@
     showPermission();
   }
 
+  // Settings: subscribe this browser to Web Push (its service worker shows what is pushed).
+  const pushForm = document.querySelector("form[data-push-form]");
+  function keyBytes(text) {
+    const padded = (text + "===".slice((text.length + 3) % 4)).replace(/-/g, "+").replace(/_/g, "/");
+    return Uint8Array.from(window.atob(padded), function (c) { return c.charCodeAt(0); });
+  }
+  if (pushForm && "serviceWorker" in navigator && "PushManager" in window) {
+    pushForm.hidden = false;
+    pushForm.addEventListener("submit", async function (event) {
+      if (pushForm.elements.endpoint.value) return; // filled: the form goes to the relay
+      event.preventDefault();
+      const state = pushForm.querySelector("[data-push-state]");
+      try {
+        const registration = await navigator.serviceWorker.register("/service-worker.js", { scope: "/" });
+        await navigator.serviceWorker.ready;
+        const subscription = await registration.pushManager.subscribe({
+          userVisibleOnly: true, applicationServerKey: keyBytes(pushForm.dataset.pushKey),
+        });
+        const json = subscription.toJSON();
+        pushForm.elements.endpoint.value = json.endpoint;
+        pushForm.elements.p256dh.value = json.keys.p256dh;
+        pushForm.elements.auth.value = json.keys.auth;
+        pushForm.elements.label.value = navigator.userAgent.slice(0, 100);
+        pushForm.requestSubmit();
+      } catch (error) {
+        if (state) state.textContent = "This browser could not subscribe (" + error.name + ").";
+      }
+    });
+  }
+
   if (feed) {
     pollFeed();
     window.setInterval(pollFeed, POLL_MS);
