@@ -62,12 +62,13 @@ def send_due(runtime: Runtime, now: Callable[[], datetime]) -> int:
 
 
 def release_lapsed(now: datetime) -> int:
-    """Rows whose sender died mid-send are due again (they may go out twice, never not at all)."""
-    return int(
-        Notification.update(status=NotificationStatus.PENDING, lease_until=None)
-        .where((Notification.status == NotificationStatus.SENDING) & (Notification.lease_until < now))
-        .execute()
-    )
+    """Rows whose sender died mid-send are due again (they may go out twice, never not at all).
+    Looked for first: the clock calls this every period, and an UPDATE would take SQLite's write
+    lock even when it changes nothing."""
+    lapsed = (Notification.status == NotificationStatus.SENDING) & (Notification.lease_until < now)
+    if not Notification.select(Notification.id).where(lapsed).exists():
+        return 0
+    return int(Notification.update(status=NotificationStatus.PENDING, lease_until=None).where(lapsed).execute())
 
 
 def claim(runtime: Runtime, row_id: int, now: datetime) -> Notification | None:
