@@ -309,7 +309,7 @@ def test_it_tells_of_a_provider_at_its_cap_once_and_of_a_failed_turn(relay: Rela
 
 class PushService:
     """A push service on loopback: records each push (headers and encrypted body); `/gone/…`
-    subscriptions answer 410 as a push service does for an expired one."""
+    subscriptions answer 410 as a push service does for an expired one, `/flaky/…` 500 the first time."""
 
     def __init__(self) -> None:
         self.pushed: list[tuple[str, dict[str, str], bytes]] = []
@@ -319,7 +319,9 @@ class PushService:
             def do_POST(self) -> None:  # noqa: N802 - the http.server name
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 service.pushed.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
-                self.send_response(410 if self.path.startswith("/gone/") else 201)
+                first = sum(1 for path, _, _ in service.pushed if path == self.path) == 1
+                status = 410 if self.path.startswith("/gone/") else 500 if self.path.startswith("/flaky/") and first else 201
+                self.send_response(status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -366,6 +368,9 @@ def test_it_pushes_to_a_browser_encrypted_for_its_keys_and_removes_a_gone_one(re
         assert "phone-123" not in json.dumps(relay.owner.get("/api/v1/owner/push-subscriptions"))
         relay.owner.request("POST", "/api/v1/owner/push-subscriptions", {
             "endpoint": f"{service.origin}/gone/old-laptop", "keys": BrowserKeys().keys()})
+        desktop = BrowserKeys()
+        relay.owner.request("POST", "/api/v1/owner/push-subscriptions", {
+            "endpoint": f"{service.origin}/flaky/desktop", "keys": desktop.keys()})
         channel(relay, "push", type="webpush")
 
         relay.conversation("desk").ok("ask", question="Push me?")
@@ -380,10 +385,13 @@ def test_it_pushes_to_a_browser_encrypted_for_its_keys_and_removes_a_gone_one(re
         claims = json.loads(unb64url(vapid["t"].split(".")[1]))
         assert claims["aud"] == service.origin
 
-        # The push service said 410 for the other: it is removed, and the row counts as sent.
-        poll("the gone subscription removed", lambda: len(relay.owner.get("/api/v1/owner/push-subscriptions")["subscriptions"]) == 1)
+        # The push service said 410 for one: it is removed. Another failed once: the retry pushes
+        # to it alone, and the phone that had it already gets it once.
+        poll("the gone subscription removed", lambda: len(relay.owner.get("/api/v1/owner/push-subscriptions")["subscriptions"]) == 2)
         rows = poll("the sent row", lambda: [r for r in read(relay, "push")["recent"] if r["status"] == "sent"])
-        assert rows[0]["attempts"] == 1 and len([p for p in service.pushed if p[0] == "/push/phone-123"]) == 1
+        assert rows[0]["attempts"] == 2 and len([p for p in service.pushed if p[0] == "/push/phone-123"]) == 1
+        retried = [body for path, _, body in service.pushed if path == "/flaky/desktop"]
+        assert len(retried) == 2 and desktop.decrypt(retried[1])["body"] == "Push me?"
     finally:
         service.server.shutdown()
 
