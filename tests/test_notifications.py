@@ -255,7 +255,7 @@ def test_it_retries_a_failing_receiver_and_sends_once(relay: Relay, receiver: Re
     assert "not sent (attempt 1)" in logs and SECRET not in logs  # the failures are logged, the URL never
 
 
-def test_it_drops_a_question_answered_before_sending_and_survives_a_flushed_redis(
+def test_it_drops_a_card_or_question_answered_before_sending_and_survives_a_flushed_redis(
     relay: Relay, receiver: Receiver, notifying: RelayStack,
 ) -> None:
     channel(relay, "hook", type="url", url=f"json://{receiver.host}/later")
@@ -270,6 +270,14 @@ def test_it_drops_a_question_answered_before_sending_and_survives_a_flushed_redi
         gone = other.ok("ask", question="Answered too?")["question_id"]
         poll("the second outbox row", lambda: len(read(relay, "hook")["recent"]) == 2)
         relay.owner.post(f"/api/v1/owner/questions/{gone}", {"dismiss": True})
+        # A card (its call waits in a web thread) denied before its notification went out.
+        asking = relay.conversation("asking", approvals=())
+        call = threading.Thread(target=lambda: asking.call("create_session", relay="this", text="hi"))
+        call.start()
+        poll("the card's outbox row", lambda: len(read(relay, "hook")["recent"]) == 3)
+        card = relay.owner.get("/api/v1/owner/inbox")["cards"][0]
+        relay.owner.post(f"/api/v1/owner/cards/{card['id']}", {"decision": "deny"})
+        call.join(60)
         assert notifying.redis_server is not None
         notifying.redis_server.flushall()  # the jobs the pokes enqueued are gone
     finally:
@@ -277,8 +285,9 @@ def test_it_drops_a_question_answered_before_sending_and_survives_a_flushed_redi
     [sent] = poll("the row still to send", lambda: receiver.at("/later"), seconds=60)
     assert sent["title"] == "2 questions wait for your answer · desk"
     rows = poll("both rows settled", lambda: (r := read(relay, "hook")["recent"]) and all(x["status"] != "pending" for x in r) and r)
-    assert sorted((row["status"], row["error"]) for row in rows) == [
-        ("dropped", "answered before it was sent"), ("sent", None),
+    assert sorted((row["kind"], row["status"], row["error"]) for row in rows) == [
+        ("card_waiting", "dropped", "answered before it was sent"),
+        ("question_waiting", "dropped", "answered before it was sent"), ("question_waiting", "sent", None),
     ]
     assert len(receiver.at("/later")) == 1
 
