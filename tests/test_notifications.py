@@ -13,7 +13,7 @@ import json
 import os
 import threading
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -434,6 +434,23 @@ def test_it_checks_the_owners_quiet_hours_and_stores_nothing_bad(relay: Relay) -
     stored = relay.settings(notify_quiet_hours={"from": " 22:00", "to": "07:00", "tz": "Europe/Berlin"})
     assert stored["notify_quiet_hours"] == {"from": "22:00", "to": "07:00", "tz": "Europe/Berlin"}
     assert relay.settings(notify_quiet_hours=None)["notify_quiet_hours"] is None
+
+
+def test_it_holds_a_reply_inside_the_owners_quiet_hours_and_sends_a_question_at_once(relay: Relay, receiver: Receiver) -> None:
+    now = datetime.now(UTC)
+    window = {"from": f"{now - timedelta(hours=1):%H:%M}", "to": f"{now + timedelta(hours=1):%H:%M}", "tz": "UTC"}
+    relay.settings(notify_quiet_hours=window)
+    channel(relay, "hook", type="url", url=f"json://{receiver.host}/quiet", kinds=["reply_ready", "question_waiting"])
+    desk = relay.conversation("desk")
+    relay.owner.post(f"/api/v1/owner/sessions/{desk.session_id}/messages", {"text": "hello"})
+    end = f"{now + timedelta(hours=1):%Y-%m-%dT%H:%M}:00"
+    held = poll("the reply held to the window's end", lambda: [
+        r for r in read(relay, "hook")["recent"] if r["kind"] == "reply_ready" and r["dueAt"].startswith(end)])
+    assert held[0]["status"] == "pending" and held[0]["attempts"] == 0 and held[0]["sentAt"] is None
+    desk.ok("ask", question="Now?")
+    [sent] = poll("the question, inside the quiet hours", lambda: receiver.at("/quiet"))
+    assert sent["message"].startswith("Now?")
+    assert [r["status"] for r in read(relay, "hook")["recent"] if r["kind"] == "reply_ready"] == ["pending"]
 
 
 BERLIN_NIGHTS = {"notify_quiet_hours": {"from": "23:00", "to": "06:00", "tz": "Europe/Berlin"}}
