@@ -33,16 +33,20 @@ from tests.support.snapshots import reset_database
 
 pytestmark = pytest.mark.stack
 
-TIMES = {**FAST_TIMES, "NOTIFY_MERGE_SECONDS": "3", "NOTIFY_RETRY_SECONDS": "0.3"}
+# A send waits up to 45 s on a service: longer than any wait of these tests, so that one hanging
+# service holding up another channel would fail them.
+TIMES = {**FAST_TIMES, "NOTIFY_MERGE_SECONDS": "3", "NOTIFY_RETRY_SECONDS": "0.3", "NOTIFY_SEND_TIMEOUT_SECONDS": "45"}
 SECRET = "s3cr3t-hook-token"
 
 
 class Receiver:
     """A loopback HTTP server that records what it is sent; `/fail<N>/…` paths answer 500 the
-    first N times (per path)."""
+    first N times (per path); `/hang/…` paths answer only once `release` is set."""
 
     def __init__(self) -> None:
         self.received: list[tuple[str, dict[str, Any]]] = []
+        self.hanging: list[str] = []
+        self.release = threading.Event()
         self.failures: dict[str, int] = {}
         self.lock = threading.Lock()
         receiver = self
@@ -67,6 +71,9 @@ class Receiver:
         return f"127.0.0.1:{self.server.server_port}"
 
     def answer(self, path: str, body: dict[str, Any]) -> int:
+        if path.startswith("/hang/"):
+            self.hanging.append(path)
+            self.release.wait(60)
         with self.lock:
             if path.startswith("/fail"):
                 allowed = int(path.split("/")[1].removeprefix("fail"))
@@ -84,12 +91,15 @@ class Receiver:
         with self.lock:
             self.received.clear()
             self.failures.clear()
+            self.hanging.clear()
+            self.release.clear()
 
 
 @pytest.fixture(scope="module")
 def receiver() -> Iterator[Receiver]:
     running = Receiver()
     yield running
+    running.release.set()
     running.server.shutdown()
 
 
@@ -234,7 +244,7 @@ def test_it_merges_notifications_of_one_kind_and_session_within_the_window(relay
         "A question waits for your answer · desk", "2 questions wait for your answer · desk",
     ]
     assert merged[0]["message"].startswith("Third?")
-    recent = read(relay, "hook")["recent"]
+    recent = poll("both rows marked sent", lambda: (r := read(relay, "hook")["recent"]) and all(x["status"] == "sent" for x in r) and r)
     assert [(row["status"], row["count"]) for row in recent] == [("sent", 2), ("sent", 1)]
 
 
@@ -253,6 +263,18 @@ def test_it_retries_a_failing_receiver_and_sends_once(relay: Relay, receiver: Re
     assert receiver.failures[f"/fail2/{SECRET}"] == 3 and len(receiver.at(f"/fail2/{SECRET}")) == 1
     logs = notifying.log("worker", tail=200_000) + notifying.log("clock", tail=200_000)
     assert "not sent (attempt 1)" in logs and SECRET not in logs  # the failures are logged, the URL never
+
+
+def test_a_channel_whose_service_hangs_holds_up_no_other_channel(relay: Relay, receiver: Receiver) -> None:
+    channel(relay, "slow", type="url", url=f"json://{receiver.host}/hang/slow")
+    channel(relay, "fast", type="url", url=f"json://{receiver.host}/fast")
+    try:
+        relay.conversation("desk").ok("ask", question="Who is first?")
+        poll("the fast channel's notification", lambda: receiver.at("/fast"))
+        assert receiver.hanging == ["/hang/slow"] and receiver.at("/hang/slow") == []  # still waiting on its service
+    finally:
+        receiver.release.set()
+    poll("the slow channel's notification", lambda: receiver.at("/hang/slow"))
 
 
 def test_it_drops_a_card_or_question_answered_before_sending_and_survives_a_flushed_redis(
@@ -284,7 +306,8 @@ def test_it_drops_a_card_or_question_answered_before_sending_and_survives_a_flus
         notifying.start_worker()
     [sent] = poll("the row still to send", lambda: receiver.at("/later"), seconds=60)
     assert sent["title"] == "2 questions wait for your answer · desk"
-    rows = poll("both rows settled", lambda: (r := read(relay, "hook")["recent"]) and all(x["status"] != "pending" for x in r) and r)
+    settled = ("sent", "dropped", "failed")
+    rows = poll("every row settled", lambda: (r := read(relay, "hook")["recent"]) and all(x["status"] in settled for x in r) and r)
     assert sorted((row["kind"], row["status"], row["error"]) for row in rows) == [
         ("card_waiting", "dropped", "answered before it was sent"),
         ("question_waiting", "dropped", "answered before it was sent"), ("question_waiting", "sent", None),
