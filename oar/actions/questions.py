@@ -7,6 +7,7 @@ from typing import Any
 from oar.actions.context import CallContext
 from oar.actions.registry import action
 from oar.approvals import cards, questions
+from oar.core import jobs
 from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid
 from oar.core.fields import Param
@@ -95,6 +96,7 @@ def ask(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             ctx.caller, target, args["question"].strip(), [o.strip() for o in options],
             args.get("recommendation"), args.get("detail"), ctx.hops(),
         )
+    jobs.poke_notifications(ctx.runtime)  # the owner hears of it (docs/notifications.md)
     return {
         "summary": f"ask → {ctx.relay_name}: question {question.id[:7]}… pending",
         "question_id": question.id,

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from oar.approvals import loop
-from oar.core import ids, keys
+from oar.core import ids, jobs, keys
 from oar.core.db import release_connection, write_transaction
 from oar.core.errors import ActionError, invalid, not_found
 from oar.core.models import Approval, Card, Message, Session
@@ -185,6 +185,7 @@ def _create(ctx: Asker, caller: Session, turn: Message | None, request: Request,
             details={"lines": lines, "excerpt": excerpt, "targetTitle": target.title if target else None},
             created_at=now, expires_at=now + timedelta(seconds=ctx.runtime.time("CARD_EXPIRY_SECONDS")),
         )
+    jobs.poke_notifications(ctx.runtime)  # the owner hears of it (docs/notifications.md)
     release_connection()
     return card
 

@@ -228,3 +228,21 @@ OPENCLAW_LIST_MAX = 200
 OPENCLAW_HISTORY_DEFAULT = 20
 # sessions_spawn's runTimeoutSeconds at most (a day); none given: the turn's own limit applies.
 OPENCLAW_RUN_TIMEOUT_MAX_SECONDS = 86_400
+# Notifications to the owner (docs/notifications.md). Notifications of one kind for one session
+# within NOTIFY_MERGE_SECONDS of the last one sent are merged into one; a failed send is tried
+# again after NOTIFY_RETRY_SECONDS, then 4 times longer each time, NOTIFY_ATTEMPTS times in all;
+# a sender's claim on a row lapses after NOTIFY_SEND_LEASE_SECONDS (a sender that died mid-send).
+NOTIFY_MERGE_SECONDS = 60
+NOTIFY_RETRY_SECONDS = 15
+NOTIFY_ATTEMPTS = 5
+NOTIFY_SEND_LEASE_SECONDS = 60
+# How long one send to a notification URL may take (connect and read, each).
+NOTIFY_SEND_TIMEOUT_SECONDS = 10
+# The open page shows the browser notifications sent this recently (a page opened later shows none).
+NOTIFY_PAGE_RECENT_SECONDS = 120
+# Agent-written text a notification carries, at most (a card's or question's start, a reply's).
+NOTIFY_EXCERPT_CHARS = 140
+# Notification channels the owner may configure.
+NOTIFY_MAX_CHANNELS = 20
+# Sent, dropped and failed outbox rows are kept this long (the Settings page shows the last ones).
+NOTIFY_KEEP_SECONDS = 7 * 86400

@@ -10,7 +10,7 @@ import logging
 
 import redis
 
-from oar.core.models import Subscription
+from oar.core.models import Setting, Subscription
 from oar.core.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -26,6 +26,11 @@ CHECK_PEER_ASKS = "workers.peers.check_asks"
 FETCH_PEER_EVENTS = "workers.peers.fetch_events"
 # One watcher's delivery: only jobs enqueued by earlier versions still carry it.
 DELIVER_ONE = "workers.delivery.deliver"
+# Turn what waits for the owner into notifications and send what is due (docs/notifications.md).
+SEND_NOTIFICATIONS = "workers.notifications.send_due"
+# Written by oar.notifications with every change of the channels: how many there are, so that a
+# poke costs one indexed read on a relay that notifies nobody.
+NOTIFY_CHANNELS_KEY = "notification_channels"
 
 
 def first_nudge_in_a_while(runtime: Runtime, key: str) -> bool:
@@ -42,10 +47,23 @@ def first_nudge_in_a_while(runtime: Runtime, key: str) -> bool:
 
 def poke_delivery(runtime: Runtime) -> None:
     """Ask a worker to ingest new events (after they are committed); the clock's sweeper
-    does it anyway if Redis is unreachable."""
+    does it anyway if Redis is unreachable. The owner's notifications are told too."""
+    poke_notifications(runtime)
     if not Subscription.select().where(Subscription.ended_at.is_null()).exists():
         return  # nobody watches: the clock's sweeper moves the cursor on
     try:
         runtime.queue.enqueue(INGEST_EVENTS, result_ttl=0, failure_ttl=86_400)
     except redis.RedisError as error:
         log.warning("event ingestion not enqueued (the sweeper will run it): %s", error)
+
+
+def poke_notifications(runtime: Runtime) -> None:
+    """Ask a worker to look for what the owner should hear about (after a card, a question or
+    an event is committed); the clock's sweep does it anyway (docs/notifications.md#reliable)."""
+    row = Setting.get_or_none(Setting.key == NOTIFY_CHANNELS_KEY)
+    if row is None or not row.value:
+        return  # no channel: nothing to send
+    try:
+        runtime.queue.enqueue(SEND_NOTIFICATIONS, result_ttl=0, failure_ttl=86_400)
+    except redis.RedisError as error:
+        log.warning("notifications not enqueued (the clock's sweep will send them): %s", error)

@@ -142,3 +142,11 @@ def peer_asks_nudge(namespace: str, peer_id: str) -> str:
 def peer_events_nudge(namespace: str, peer_id: str) -> str:
     """Set while a fetch of a paired relay's events is queued or running (one at a time)."""
     return f"{namespace}:peerevents:{peer_id}"
+def notify_job_id(stamp_ms: int) -> str:
+    """The notification sender's job of one due time (UTC milliseconds)."""
+    return f"ntf-{stamp_ms}"
+
+
+def notify_nudge(namespace: str) -> str:
+    """Set when the clock's sweep enqueued the notification sender (it does so once in a while)."""
+    return f"{namespace}:notify-nudge"

@@ -97,6 +97,13 @@ FIELDS: dict[str, Param] = {
     "spawn_archive_after_minutes": Param(
         "int", minimum=1, maximum=43_200, description="a kept sessions_spawn child is archived this long after its run",
     ),
+    "notify_quiet_hours": Param(
+        "object", description='the owner\'s quiet hours for notifications, {"from": "HH:MM", "to": "HH:MM", "tz": '
+        '"Area/City"}, or null (docs/notifications.md#quiet-hours)',
+    ),
+    "notify_quiet_hours_hold_all": Param(
+        "bool", description="quiet hours hold cards and questions too (by default they go out at once)",
+    ),
 }
 
 
@@ -143,9 +150,20 @@ def _send_policy(name: str, value: Any) -> dict[str, Any]:
             raise invalid(shape)
         checked.append({"match": dict(match), "action": rule["action"]})
     return {"rules": checked, "default": default}
+def _quiet_hours_shape(name: str, value: Any) -> dict[str, str]:
+    """The shape only: the owner service (oar.owner.settings) checks the times and the zone with
+    the quiet-hours rules, which live above this layer."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or set(value) - {"from", "to", "tz"} or not all(isinstance(v, str) for v in value.values()):
+        raise invalid(f'{name} must be {{"from": "HH:MM", "to": "HH:MM", "tz": "Area/City"}} or null. Nothing was changed.')
+    # Stored as {} when there are none (a setting's value is never null); read back as None.
+    return {key: value[key] for key in ("from", "to", "tz") if key in value}
 
 
 def _validator(name: str, param: Param) -> Callable[[str, Any], Any]:
+    if name == "notify_quiet_hours":
+        return _quiet_hours_shape
     if name == "allowed_roots":
         return _roots
     if name == "send_policy":
@@ -192,6 +210,9 @@ def default_settings(config: Config) -> dict[str, Any]:
         "send_policy": {"rules": [], "default": "allow"},
         "spawn_allow_agents": [],
         "spawn_archive_after_minutes": defaults.OPENCLAW_ARCHIVE_AFTER_MINUTES,
+        # None: no quiet hours for notifications; cards and questions go out even inside them.
+        "notify_quiet_hours": None,
+        "notify_quiet_hours_hold_all": False,
     }
 
 
@@ -204,6 +225,7 @@ def load(config: Config) -> dict[str, Any]:
     values = default_settings(config)
     for row in Setting.select().where(Setting.key.in_(list(VALIDATORS))):
         values[row.key] = row.value
+    values["notify_quiet_hours"] = values["notify_quiet_hours"] or None  # none stored as {}
     return values
 
 

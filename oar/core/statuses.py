@@ -53,6 +53,16 @@ class CardStatus(StrEnum):
     WITHDRAWN = "withdrawn"
 
 
+class NotificationStatus(StrEnum):
+    """An outbox row's status (`Notification.status`, docs/notifications.md#reliable)."""
+
+    PENDING = "pending"  # waiting for its due time (now, a merge window's end, a retry, quiet hours' end)
+    SENDING = "sending"  # claimed by a sender
+    SENT = "sent"
+    DROPPED = "dropped"  # its cards or questions were answered before it went out
+    FAILED = "failed"  # every attempt failed
+
+
 class SessionState(StrEnum):
     """A session's state, from its turns and tasks (never stored)."""
 

@@ -21,6 +21,7 @@ from oar.engine.due_timer import DueTimer
 from oar.engine.reconciler import reconcile
 from oar.federation import asks as peer_asks
 from oar.federation import events as peer_events
+from oar.notifications import sweep as notifications
 from oar.openclaw import runs as openclaw_runs
 from oar.schedules.schedules import fire_due
 from oar.watching.pruning import prune_if_due
@@ -50,6 +51,10 @@ def tick(runtime: Runtime) -> None:
         if asks_checked:
             log.info("asks on paired relays to check: %s relays", asks_checked)
         prune_if_due(runtime, utcnow())  # delivered held rows, old events (docs/limits.md#retention)
+        # Notifications no job collected or sent (lost jobs, a flushed Redis: docs/notifications.md#reliable).
+        notified = notifications.sweep(runtime, utcnow())
+        if notified["collected"] or notified["released"]:
+            log.info("notifications swept: %s", notified)
     finally:
         database.close()
 

@@ -14,7 +14,20 @@ from flask.typing import ResponseReturnValue
 from oar.core import settings as relay_settings
 from oar.core.errors import invalid
 from oar.core.fields import unstorable_text
-from oar.owner import conversations, groups, inbox, providers, schedules, settings, signins, subscriptions, team_runs
+from oar.notifications import channels as notification_channels
+from oar.notifications import webpush
+from oar.owner import (
+    conversations,
+    groups,
+    inbox,
+    notifications,
+    providers,
+    schedules,
+    settings,
+    signins,
+    subscriptions,
+    team_runs,
+)
 from oar.providers import settings as provider_settings
 from oar.web import runtime
 from oar.web.auth import require_owner
@@ -324,3 +337,61 @@ def export_team_memory() -> ResponseReturnValue:
 def import_team_memory() -> ResponseReturnValue:
     folder, found = team_runs.import_memory(runtime(), body())
     return ok(folder=folder, imported=found.imported, skipped=found.skipped)
+# Notification channels (docs/notifications.md) ------------------------------------------------
+
+
+@blueprint.get("/notifications")
+@described(owner("Every notification channel (never a URL)", answer={"channels": OBJECTS}))
+def list_notification_channels() -> ResponseReturnValue:
+    return ok(channels=notifications.list_channels(runtime()))
+
+
+@blueprint.get("/notifications/<name>")
+@described(owner("One notification channel, its last error and its newest notifications (never its URL)",
+                 answer={"channel": OBJECT, "recent": OBJECTS}))
+def get_notification_channel(name: str) -> ResponseReturnValue:
+    channel, recent = notifications.read_channel(runtime(), name)
+    return ok(channel=channel, recent=recent)
+
+
+@blueprint.put("/notifications/<name>")
+@described(owner("Create or replace a notification channel: its type, kinds and URL (write-only)",
+                 body=notification_channels.FIELDS, answer={"channel": OBJECT}))
+def put_notification_channel(name: str) -> ResponseReturnValue:
+    return ok(channel=notifications.save_channel(runtime(), name, body()))
+
+
+@blueprint.delete("/notifications/<name>")
+@described(owner("Delete a notification channel and what it still had to send",
+                 answer={"deleted": {"const": True}, "channel": TEXT}))
+def delete_notification_channel(name: str) -> ResponseReturnValue:
+    notifications.delete_channel(runtime(), name)
+    return ok(deleted=True, channel=name)
+
+
+@blueprint.post("/notifications/<name>/test")
+@described(owner("Send a test notification through the channel (queued: it goes out at once)",
+                 answer={"queued": {"const": True}, "notification": COUNT}))
+def test_notification_channel(name: str) -> ResponseReturnValue:
+    return ok(queued=True, notification=notifications.test_channel(runtime(), name))
+
+
+@blueprint.get("/push-subscriptions")
+@described(owner("The relay's Web Push key and the subscribed browsers (never their endpoints)",
+                 answer={"publicKey": TEXT, "subscriptions": OBJECTS}))
+def list_push_subscriptions() -> ResponseReturnValue:
+    return ok(**notifications.push_settings(runtime()))
+
+
+@blueprint.post("/push-subscriptions")
+@described(owner("Subscribe a browser to Web Push (its PushSubscription.toJSON())", body=webpush.FIELDS,
+                 status=201, answer={"subscription": OBJECT}))
+def add_push_subscription() -> ResponseReturnValue:
+    return ok(subscription=notifications.subscribe_browser(runtime(), body())), 201
+
+
+@blueprint.delete("/push-subscriptions/<subscription_id>")
+@described(owner("Remove a browser's Web Push subscription", answer={"deleted": {"const": True}, "subscription": TEXT}))
+def delete_push_subscription(subscription_id: str) -> ResponseReturnValue:
+    notifications.unsubscribe_browser(runtime(), subscription_id)
+    return ok(deleted=True, subscription=subscription_id)

@@ -39,9 +39,13 @@ from oar.web.auth import is_owner_token
 
 blueprint = Blueprint("page", __name__)
 
-# Endpoints an unsigned visitor may use: the sign-in form and its POST.
-PUBLIC = {"page.index", "page.sign_in"}
-LIVE = {"page.live_session", "page.live_overview", "page.live_inbox", "page.live_team_run", "page.live_team_runs"}
+# Endpoints an unsigned visitor may use: the sign-in form and its POST, and the service worker
+# (a static script a browser fetches again on its own).
+PUBLIC = {"page.index", "page.sign_in", "page.service_worker"}
+LIVE = {
+    "page.live_session", "page.live_overview", "page.live_inbox", "page.live_notifications", "page.live_team_run",
+    "page.live_team_runs",
+}
 
 SETTING_BOOLS = ("agent_sessions_enabled", "accept_agent_prompts", "allow_shell_tasks", "shell_tasks_via_shell",
                  "tasks_without_sandbox", "tasks_use_network")

@@ -129,6 +129,116 @@
     if (form.dataset && form.dataset.confirm && !window.confirm(form.dataset.confirm)) event.preventDefault();
   });
 
+  // The Inbox count (nav badge and title) and browser notifications of page channels
+  // (docs/notifications.md#the-open-page): the relay's notification feed, polled once a second
+  // on every signed-in page, hidden or not. Its text goes in via textContent and the
+  // Notifications API only.
+  const feed = document.body.dataset.notify;
+  const baseTitle = document.title;
+  const LAST_KEY = "oar-notify-last";
+
+  function showCount(count) {
+    document.title = count ? "(" + count + ") " + baseTitle : baseTitle;
+    const inbox = document.querySelector('nav a[href$="/inbox"]');
+    if (!inbox) return;
+    let badge = inbox.querySelector(".count");
+    if (!count) {
+      if (badge) badge.remove();
+      return;
+    }
+    if (!badge) {
+      badge = document.createElement("span");
+      badge.className = "count";
+      badge.title = "pending cards and questions";
+      inbox.append(" ", badge);
+    }
+    if (badge.textContent !== String(count)) badge.textContent = String(count);
+  }
+
+  function notify(item) {
+    if (!("Notification" in window) || Notification.permission !== "granted") return;
+    const shown = new Notification(item.title, { body: item.body, tag: "oar-" + item.id });
+    shown.onclick = function () {
+      window.focus();
+      if (item.link) window.location.assign(item.link);
+    };
+  }
+
+  let feeding = false;
+  async function pollFeed() {
+    if (feeding) return;
+    feeding = true;
+    try {
+      const after = window.sessionStorage.getItem(LAST_KEY);
+      const url = feed + (after ? "?after=" + encodeURIComponent(after) : "");
+      const response = await fetch(url, { credentials: "same-origin", cache: "no-store", headers: { Accept: "application/json" } });
+      if (!response.ok) return;
+      const data = await response.json();
+      showCount(data.inboxCount);
+      (data.notifications || []).forEach(notify);
+      window.sessionStorage.setItem(LAST_KEY, String(data.last));
+    } catch (error) {
+      // The relay restarting or the network dropping: the next poll tries again.
+    } finally {
+      feeding = false;
+    }
+  }
+
+  // Settings: ask this browser for permission to show notifications.
+  const askButton = document.querySelector("[data-notify-permission]");
+  const askState = document.querySelector("[data-notify-permission-state]");
+  function showPermission() {
+    if (!askButton) return;
+    const supported = "Notification" in window;
+    askButton.hidden = !supported || Notification.permission !== "default";
+    if (askState) {
+      askState.textContent = !supported ? "This browser cannot show notifications."
+        : Notification.permission === "granted" ? "This browser shows notifications."
+        : Notification.permission === "denied" ? "This browser blocks notifications from this page (its site settings can allow them)."
+        : "";
+    }
+  }
+  if (askButton) {
+    askButton.addEventListener("click", function () {
+      Notification.requestPermission().then(showPermission);
+    });
+    showPermission();
+  }
+
+  // Settings: subscribe this browser to Web Push (its service worker shows what is pushed).
+  const pushForm = document.querySelector("form[data-push-form]");
+  function keyBytes(text) {
+    const padded = (text + "===".slice((text.length + 3) % 4)).replace(/-/g, "+").replace(/_/g, "/");
+    return Uint8Array.from(window.atob(padded), function (c) { return c.charCodeAt(0); });
+  }
+  if (pushForm && "serviceWorker" in navigator && "PushManager" in window) {
+    pushForm.hidden = false;
+    pushForm.addEventListener("submit", async function (event) {
+      if (pushForm.elements.endpoint.value) return; // filled: the form goes to the relay
+      event.preventDefault();
+      const state = pushForm.querySelector("[data-push-state]");
+      try {
+        const registration = await navigator.serviceWorker.register("/service-worker.js", { scope: "/" });
+        await navigator.serviceWorker.ready;
+        const subscription = await registration.pushManager.subscribe({
+          userVisibleOnly: true, applicationServerKey: keyBytes(pushForm.dataset.pushKey),
+        });
+        const json = subscription.toJSON();
+        pushForm.elements.endpoint.value = json.endpoint;
+        pushForm.elements.p256dh.value = json.keys.p256dh;
+        pushForm.elements.auth.value = json.keys.auth;
+        pushForm.elements.label.value = navigator.userAgent.slice(0, 100);
+        pushForm.requestSubmit();
+      } catch (error) {
+        if (state) state.textContent = "This browser could not subscribe (" + error.name + ").";
+      }
+    });
+  }
+
+  if (feed) {
+    pollFeed();
+    window.setInterval(pollFeed, POLL_MS);
+  }
   if (root) {
     window.setInterval(poll, POLL_MS);
     document.addEventListener("visibilitychange", poll);
