@@ -216,9 +216,7 @@ def stop(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Stop the session's running turn, like the page's Stop button."""
     target = sessions.resolve(args["session"], ctx.relay_name, "Nothing was stopped.")
     cards.approve(ctx, cards.Request(action="stop", nothing="Nothing was stopped.", target=target))
-    acknowledgement = turns.request_stop(target)
-    if acknowledgement == "stop-queued" and target.active_turn:
-        turns.signal_stop(ctx.runtime, target.active_turn)
+    acknowledgement = turns.stop_turn(ctx.runtime, target)
     return {
         "summary": f"stop → {ctx.relay_name} session {target.id[:8]}: {acknowledgement}",
         "session": target.id,

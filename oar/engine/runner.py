@@ -50,7 +50,7 @@ from oar.providers.base import (
     Usage,
     safe_agent_session_id,
 )
-from oar.turns import external
+from oar.turns import external, turns
 
 log = logging.getLogger(__name__)
 
@@ -69,30 +69,38 @@ def run_turns(runtime: Runtime, session_id: str) -> int:
 
 
 def claim_next_turn(session_id: str) -> Message | None:
-    with write_transaction():
-        session = Session.get_or_none(Session.id == session_id)
-        if session is None or session.active_turn or session.archived or session.deleted:
-            return None
-        turn = (
-            Message.select()
-            .where((Message.session == session_id) & (Message.status == TurnStatus.QUEUED))
-            .order_by(Message.seq)
-            .first()
-        )
-        if turn is None:
-            return None
-        claimed = (
-            Session.update(active_turn=turn.id)
-            .where((Session.id == session_id) & Session.active_turn.is_null())
-            .execute()
-        )
-        if not claimed:
-            return None
-        now = utcnow()
-        Message.update(status=TurnStatus.RUNNING, started_at=now, heartbeat_at=now, partial_text="").where(
-            (Message.id == turn.id) & (Message.status == TurnStatus.QUEUED)
-        ).execute()
-    return Message.get(Message.id == turn.id)
+    while True:
+        with write_transaction():
+            session = Session.get_or_none(Session.id == session_id)
+            if session is None or session.active_turn or session.archived or session.deleted:
+                return None
+            turn = (
+                Message.select()
+                .where((Message.session == session_id) & (Message.status == TurnStatus.QUEUED))
+                .order_by(Message.seq)
+                .first()
+            )
+            if turn is None:
+                return None
+            claimed = (
+                Session.update(active_turn=turn.id)
+                .where((Session.id == session_id) & Session.active_turn.is_null())
+                .execute()
+            )
+            if not claimed:
+                return None
+            now = utcnow()
+            started = Message.update(status=TurnStatus.RUNNING, started_at=now, heartbeat_at=now, partial_text="").where(
+                (Message.id == turn.id) & (Message.status == TurnStatus.QUEUED)
+            ).execute()
+            if not started:
+                # Stopped before it started (`turns.stop_turn`, whose row lock this transaction
+                # waited for on PostgreSQL): give the session back and take the next one.
+                Session.update(active_turn=None).where(
+                    (Session.id == session_id) & (Session.active_turn == turn.id)
+                ).execute()
+                continue
+        return Message.get(Message.id == turn.id)
 
 
 class TurnWatcher(threading.Thread):
@@ -352,7 +360,7 @@ def finish(runtime: Runtime, turn: Message, status: TurnStatus, text: str, error
                 from_kind="user", model=turn.model,
             )
         if settled:
-            record_turn_events(turn, status, text, error, now)
+            turns.record_turn_events(turn, status, text, error, now)
         Session.update(
             active_turn=None,
             last_activity_at=now,
@@ -364,21 +372,6 @@ def finish(runtime: Runtime, turn: Message, status: TurnStatus, text: str, error
         # An OpenClaw run waiting for this turn takes its next step now (the clock's sweep after a crash).
         openclaw_runs.turn_ended(runtime, turn.id)
     return bool(settled)
-
-
-def record_turn_events(turn: Message, status: TurnStatus, text: str, error: str | None, now: Any) -> None:
-    """`turn_end` with the status and the start of the reply; `error` for a failed turn (docs/events.md#events)."""
-    events.record(
-        turn.session_id, "turn_end",
-        {"turnId": turn.id, "status": status, "excerpt": ((error or "") if status == TurnStatus.FAILED else text or "")[:200],
-         "fromSession": turn.from_session if turn.from_kind == "agent" else None,
-         # What queued the prompt: a turn an event delivery started wakes no watcher with its
-         # turn_end (docs/events.md#watchers-that-wake-each-other).
-         "startedBy": turn.from_kind},
-        now,
-    )
-    if status == TurnStatus.FAILED:
-        events.record(turn.session_id, "error", {"turnId": turn.id, "error": (error or "")[:500]}, now)
 
 
 def ask_user(

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from oar.approvals import questions
-from oar.core import defaults, ids, jobs, keys
+from oar.core import defaults, events, ids, jobs, keys
+from oar.core.db import lock_rows, write_transaction
 from oar.core.models import Message, Schedule, Session
 from oar.core.runtime import Runtime
 from oar.core.signals import publish
@@ -255,6 +256,66 @@ def request_stop(session: Session) -> str:
     if message is not None and message.stop_requested and message.status in LIVE_TURN:
         return "already-requested"
     return "no-active-turn"
+
+
+def stop_turn(runtime: Runtime, session: Session) -> str:
+    """The `stop` action (docs/sessions.md#answer_question-stop-and-archive): the running turn is
+    asked to stop; a prompt that no worker has started yet ends `stopped` at once, as the user
+    who pressed Stop right after sending means (it would otherwise start a moment later).
+    `stop-queued | no-active-turn | already-requested`."""
+    stopped_before_start = None
+    with write_transaction():
+        # The session's row lock orders this with a worker claiming the prompt (claim_next_turn).
+        lock_rows(Session.select(Session.id).where(Session.id == session.id))
+        session = Session.get_by_id(session.id)
+        acknowledgement = request_stop(session)
+        if acknowledgement == "no-active-turn":
+            stopped_before_start = _stop_next_queued(session)
+            if stopped_before_start is not None:
+                acknowledgement = "stop-queued"
+    if stopped_before_start is not None:
+        runtime.signal_turn(stopped_before_start)
+        jobs.poke_delivery(runtime)
+    elif acknowledgement == "stop-queued" and session.active_turn:
+        signal_stop(runtime, session.active_turn)
+    return acknowledgement
+
+
+def _stop_next_queued(session: Session) -> str | None:
+    """Inside a write transaction: the prompt a worker would start next ends `stopped`; its id."""
+    turn = (
+        Message.select()
+        .where((Message.session == session.id) & (Message.status == TurnStatus.QUEUED))
+        .order_by(Message.seq)
+        .first()
+    )
+    if turn is None:
+        return None
+    now = utcnow()
+    stopped = (
+        Message.update(status=TurnStatus.STOPPED, stop_requested=True, completed_at=now)
+        .where((Message.id == turn.id) & (Message.status == TurnStatus.QUEUED))
+        .execute()
+    )
+    if not stopped:
+        return None
+    record_turn_events(turn, TurnStatus.STOPPED, "", None, now)
+    return str(turn.id)
+
+
+def record_turn_events(turn: Message, status: TurnStatus, text: str, error: str | None, now: Any) -> None:
+    """`turn_end` with the status and the start of the reply; `error` for a failed turn (docs/events.md#events)."""
+    events.record(
+        turn.session_id, "turn_end",
+        {"turnId": turn.id, "status": status, "excerpt": ((error or "") if status == TurnStatus.FAILED else text or "")[:200],
+         "fromSession": turn.from_session if turn.from_kind == "agent" else None,
+         # What queued the prompt: a turn an event delivery started wakes no watcher with its
+         # turn_end (docs/events.md#watchers-that-wake-each-other).
+         "startedBy": turn.from_kind},
+        now,
+    )
+    if status == TurnStatus.FAILED:
+        events.record(turn.session_id, "error", {"turnId": turn.id, "error": (error or "")[:500]}, now)
 
 
 def signal_stop(runtime: Runtime, message_id: str) -> None:
