@@ -18,6 +18,7 @@ from oar.core.db import write_transaction
 from oar.core.errors import ActionError
 from oar.core.models import Session
 from oar.core.runtime import Runtime
+from oar.core.statuses import QuestionStatus
 from oar.core.timeutil import utcnow
 from oar.federation import peers
 from oar.federation.models import Peer, PeerAsk
@@ -25,7 +26,7 @@ from oar.turns import automated, turns
 
 log = logging.getLogger(__name__)
 
-SETTLED = ("answered", "dismissed", "withdrawn", "ended")
+SETTLED = tuple(status for status in QuestionStatus if status != QuestionStatus.PENDING)
 # Asks checked in one request.
 BATCH = 100
 
@@ -92,18 +93,18 @@ def check(runtime: Runtime, peer_id: str, now: datetime) -> int:
 
 
 def _apply(runtime: Runtime, peer: Peer, row: PeerAsk, entry: dict[str, Any] | None) -> int:
-    status = entry.get("status") if entry else "ended"  # the paired relay no longer has it
+    status = entry.get("status") if entry else QuestionStatus.ENDED  # the paired relay no longer has it
     if status not in SETTLED:
         with write_transaction():
             PeerAsk.update(next_check_at=utcnow() + timedelta(seconds=runtime.time("PEER_ASK_POLL_SECONDS"))).where(
                 PeerAsk.id == row.id
             ).execute()
         return 0
-    tell = status in ("answered", "dismissed") and entry is not None
+    tell = status in (QuestionStatus.ANSWERED, QuestionStatus.DISMISSED) and entry is not None
     started = None
     with write_transaction():
         claimed = PeerAsk.update(status=status, next_check_at=None, settled_at=utcnow()).where(
-            (PeerAsk.id == row.id) & (PeerAsk.status == "pending")
+            (PeerAsk.id == row.id) & (PeerAsk.status == QuestionStatus.PENDING)
         ).execute()
         if claimed and tell and entry is not None:
             asker = Session.get_or_none((Session.id == row.asker_id) & (Session.deleted == False))  # noqa: E712
