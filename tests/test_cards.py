@@ -196,6 +196,26 @@ def test_a_card_ends_when_the_turn_it_waits_in_ends(relay: Relay, ops: Agent) ->
     assert relay.owner.get("/api/v1/owner/inbox")["cards"] == []
 
 
+def test_a_card_stays_with_its_waiting_call_when_the_turn_it_showed_in_ends_on_its_own(relay: Relay, ops: Agent) -> None:
+    """The turn ends by itself (its question answered) while the HTTP call still waits: the call keeps its card."""
+    asking = write(relay, ops.session_id, "!ask Which way? | left | right")
+    question = poll("the question", lambda: (relay.owner.get("/api/v1/owner/inbox")["questions"] or [None])[0])
+    outcome: dict[str, Any] = {}
+    call = threading.Thread(target=lambda: outcome.update(answer=ops.call("subscribe", sessions=["all"])))
+    call.start()
+    card = pending_card(relay)
+    assert Card.get_by_id(card["id"]).turn_id == asking  # shown in the conversation's live turn
+    relay.owner.post(f"/api/v1/owner/questions/{question['id']}", {"choices": ["left"]})
+    poll("the turn to end", lambda: Message.get(Message.id == asking).status == "done")
+    poll("the card handed to the call", lambda: Card.get_by_id(card["id"]).turn_id is None)
+    assert [c["id"] for c in relay.owner.get("/api/v1/owner/inbox")["cards"]] == [card["id"]]
+    decide(relay, card["id"], "allow")
+    call.join(timeout=30)
+    status, body = outcome["answer"]
+    assert status == 200 and body["ok"] is True, body
+    assert Card.get_by_id(card["id"]).status == "allowed"
+
+
 def test_the_31st_agent_prompt_asks_to_keep_going(relay: Relay, ops: Agent, desk: Agent) -> None:
     target = relay.conversation("target")
     relay.owner.patch(f"/api/v1/owner/sessions/{ops.session_id}", {"approvals": ["create_sessions"]})

@@ -329,8 +329,13 @@ def _decided(relay: Relay, agent: Agent, decision: str, tool: str, **args: Any) 
     call = threading.Thread(target=lambda: answer.update(zip(("status", "body"), oc(agent, tool, **args), strict=True)))
     call.start()
     try:
-        card = poll("the card", lambda: next((c for c in relay.owner.get("/api/v1/owner/inbox")["cards"]
-                                              if c["session"]["id"] == agent.session_id), None))
+        def card_or_answer() -> dict[str, Any] | None:
+            # A call that answered without raising a card ends the wait with what it said.
+            assert call.is_alive() or not answer, f"{tool} answered without a card: {answer}"
+            return next((c for c in relay.owner.get("/api/v1/owner/inbox")["cards"]
+                         if c["session"]["id"] == agent.session_id), None)
+
+        card = poll("the card", card_or_answer)
         relay.owner.post(f"/api/v1/owner/cards/{card['id']}", {"decision": decision})
     finally:
         call.join(60)

@@ -125,12 +125,16 @@ def approve(ctx: Asker, request: Request) -> None:
         )
     # An HTTP or MCP caller waits for the owner in a web thread: one of its conversation's wait
     # slots (docs/limits.md#waits-at-once), taken before the card exists so that a refusal changes nothing.
+    # An HTTP or MCP call made while its conversation's turn runs shows its card in that turn, and
+    # keeps it if the turn ends first: the call itself still waits for the answer.
+    waits_itself = ctx.turn is None and ctx.can_wait
     with wait_slot(ctx.runtime, ctx.caller.id, request.nothing) if ctx.can_wait else contextlib.nullcontext():
-        card = _create(ctx, caller, turn, request, reasons)
+        card = _create(ctx, caller, turn, request, reasons, waits_itself=waits_itself)
         # A waiting call that is its own live turn waits as long as its caller does; the card stays
         # for the owner (or is withdrawn) as when the caller goes away.
         outcome = _await(ctx.runtime, card.id, turn.id if turn is not None else None,
-                         seconds=ctx.max_wait_seconds if turn is None else None)
+                         seconds=ctx.max_wait_seconds if waits_itself or turn is None else None,
+                         waits_itself=waits_itself)
     if outcome == CardStatus.ALLOWED:
         return
     raise _refusal(card, outcome, request)
@@ -167,7 +171,9 @@ def _grant(session_id: str, relay: str, kinds: set[str] | list[str], card_id: st
         Approval.insert_many(rows).on_conflict_ignore().execute()
 
 
-def _create(ctx: Asker, caller: Session, turn: Message | None, request: Request, reasons: list[str]) -> Card:
+def _create(
+    ctx: Asker, caller: Session, turn: Message | None, request: Request, reasons: list[str], *, waits_itself: bool
+) -> Card:
     now = utcnow()
     lines = [line for line in (_settings_line(request), *request.lines) if line]
     lines += [_also(reason) for reason in reasons[1:]]
@@ -178,7 +184,10 @@ def _create(ctx: Asker, caller: Session, turn: Message | None, request: Request,
     with write_transaction():
         card = Card.create(
             id=ids.prefixed_id("card"), session=caller.id, turn_id=turn.id if turn is not None else None,
-            waiter_until=None if turn is not None else now + timedelta(seconds=ctx.runtime.time("CARD_WAITER_LEASE_SECONDS")),
+            waiter_until=(
+                now + timedelta(seconds=ctx.runtime.time("CARD_WAITER_LEASE_SECONDS"))
+                if waits_itself or turn is None else None
+            ),
             action=request.action,
             relay=ctx.relay_name, target_id=target.id if target else None, reasons=reasons,
             text=_sentence(reasons[0], ctx.relay_name, caller, request),
@@ -195,28 +204,42 @@ def _create(ctx: Asker, caller: Session, turn: Message | None, request: Request,
 STOPPED_WAITING = "stopped_waiting"
 
 
-def _await(runtime: Runtime, card_id: str, turn_id: str | None, seconds: float | None = None) -> str:
+def _await(
+    runtime: Runtime, card_id: str, turn_id: str | None, seconds: float | None = None, *, waits_itself: bool = False
+) -> str:
     """Block until the card is decided, its turn ends (or, with no turn, its caller goes away or
-    `seconds` pass), or it expires; returns its final status (or STOPPED_WAITING)."""
+    `seconds` pass), or it expires; returns its final status (or STOPPED_WAITING).
+
+    `waits_itself`: the caller is an HTTP or MCP call, which renews its lease on the card all
+    along; when the turn the card showed in ends on its own, the card stays with the call."""
     namespace = runtime.config.namespace
     lease = runtime.time("CARD_WAITER_LEASE_SECONDS")
+    shown_in = [turn_id]
 
     def look() -> Look[str]:
         card = Card.get_or_none(Card.id == card_id)
-        turn = Message.get_or_none(Message.id == turn_id) if turn_id is not None else None
+        turn = Message.get_or_none(Message.id == shown_in[0]) if shown_in[0] is not None else None
         release_connection()
         if card is None:  # deleted with its conversation while the call waited
             return settled(CardStatus.WITHDRAWN)
         if card.status != CardStatus.PENDING:
             return settled(card.status)
         now = utcnow()
-        if turn_id is not None and (turn is None or turn.stop_requested or turn.status not in LIVE_TURN):
+        if shown_in[0] is not None and (turn is None or turn.stop_requested or turn.status not in LIVE_TURN):
+            # A turn that ended on its own hands the card to the call still waiting for it; a
+            # stopped turn (Stop, archive, delete) takes its cards with it.
+            if waits_itself and turn is not None and not turn.stop_requested:
+                _detach(card_id, now + timedelta(seconds=lease))
+                shown_in[0] = None
+                return not_yet(card.status, again_within=0)
             _end(card_id, CardStatus.WITHDRAWN, now)
             return not_yet(card.status, again_within=0)
         if now >= card.expires_at:
             _end(card_id, CardStatus.EXPIRED, now)
             return not_yet(card.status, again_within=0)
-        if turn_id is None and (card.waiter_until is None or (card.waiter_until - now).total_seconds() < lease / 2):
+        if card.waiter_until is not None and (card.waiter_until - now).total_seconds() < lease / 2:
+            _renew(card_id, now + timedelta(seconds=lease))
+        elif shown_in[0] is None and card.waiter_until is None:
             _renew(card_id, now + timedelta(seconds=lease))
         return not_yet(card.status, again_within=(card.expires_at - now).total_seconds())
 
@@ -230,6 +253,14 @@ def _await(runtime: Runtime, card_id: str, turn_id: str | None, seconds: float |
     except CallerGone:
         return caller_gone(card_id, utcnow())
     return caller_gone(card_id, utcnow()) if outcome == CardStatus.PENDING else outcome
+
+
+def _detach(card_id: str, until: datetime) -> None:
+    """The turn the card showed in ended while its call still waits: the card is the call's now."""
+    Card.update(turn_id=None, waiter_until=until).where(
+        (Card.id == card_id) & (Card.status == CardStatus.PENDING)
+    ).execute()
+    release_connection()
 
 
 def _renew(card_id: str, until: datetime) -> None:
@@ -309,7 +340,9 @@ def sweep(now: datetime) -> int:
         if card.expires_at <= now:
             ended += _end(card.id, CardStatus.EXPIRED, now)
         elif card.turn_id is not None and card.turn_id not in live:
-            ended += _end(card.id, CardStatus.WITHDRAWN, now)
+            # Unless the call that raised it still waits (its lease is live): it takes the card over.
+            if card.waiter_until is None or card.waiter_until <= now:
+                ended += _end(card.id, CardStatus.WITHDRAWN, now)
         elif card.turn_id is None and card.stopped_waiting_at is None and (card.waiter_until or now) <= now:
             ended += caller_gone(card.id, now) != CardStatus.PENDING
     return ended
