@@ -595,12 +595,16 @@ def test_events_of_a_paired_relays_sessions_arrive_and_a_lost_link_replays_them(
     [delivered] = [text for text in event_messages(desk, agent) if line in text]
     assert delivered.startswith("[relay event · automated message from OAR") and '"echo: first run"' in delivered
 
-    # build-box stops answering: after the (shortened) minute, desk says so.
+    # build-box stops answering: after the (shortened) minute, desk says so, to the conversation
+    # and to desk's owner (a notification of kind relay_lost, docs/notifications.md#kinds).
+    desk.owner.request("PUT", "/api/v1/owner/notifications/open-page", {"type": "page", "kinds": ["relay_lost"]})
     owner_writes(build_box, target, "!sleep 2\nwhile away")
     STACKS["build-box"].stop("web")
     try:
         poll("link_lost on desk", lambda: any("[relay event] build-box: link_lost (no answer since " in text
                                               for text in event_messages(desk, agent)))
+        [told] = poll("the owner told", lambda: desk.owner.get("/api/v1/owner/notifications/open-page")["recent"])
+        assert (told["kind"], told["title"]) == ("relay_lost", "A paired relay is lost"), told
         # The turn ends on build-box meanwhile; its event waits there, in its outbox, for desk.
         poll("the kept event on build-box", lambda: _kept_for_another_relay(build_box, "while away"))
     finally:

@@ -30,6 +30,7 @@ from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
 from oar.federation import peers
 from oar.federation.models import Peer, PeerSubscription
+from oar.notifications import collect as notifications
 from oar.turns import automated, turns
 
 log = logging.getLogger(__name__)
@@ -123,8 +124,11 @@ def _maybe_lost(runtime: Runtime, peer: Peer, now: datetime) -> None:
         for watcher_id in _watchers(peer):
             if _tell(watcher_id, [line]):
                 told.append(watcher_id)
+        owner_told = notifications.relay_lost(runtime, peer.id, peer.name, since, now)  # docs/notifications.md#kinds
     for watcher_id in told:
         turns.start_turns(runtime, watcher_id)
+    if owner_told:
+        jobs.poke_notifications(runtime)
 
 
 def _keep(runtime: Runtime, peer: Peer, answer: dict[str, Any], now: datetime) -> int:

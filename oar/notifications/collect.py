@@ -148,6 +148,23 @@ def capped_items(runtime: Runtime, now: datetime) -> list[tuple[str, Item]]:
     return items
 
 
+# Paired relays lost ---------------------------------------------------------------------
+
+
+def relay_lost(runtime: Runtime, peer_id: str, name: str, since: datetime, now: datetime) -> bool:
+    """Tell the owner that a paired relay stopped answering, once per loss. Called by pairing
+    (oar.federation) inside the transaction that marks the link lost, so a loss is told
+    exactly when its `link_lost` line is written; poke the sender after the commit."""
+    channels = list(Channel.select())
+    if not channels:
+        return False
+    item = Item(
+        Kind.RELAY_LOST, f'Paired relay "{excerpt(name, 80)}" has not answered since {since:%Y-%m-%d %H:%M} UTC.',
+        f"{runtime.config.base_url}/settings#relays", about=name,
+    )
+    return _announce_once(runtime, channels, now, [(f"relay_lost:{peer_id}:{now:%Y%m%dT%H%M%S%f}"[:120], item)]) > 0
+
+
 # The event log --------------------------------------------------------------------------
 
 
