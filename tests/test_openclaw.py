@@ -359,6 +359,35 @@ def _page(relay: Relay, path: str) -> str:
     return html.unescape(http.get(relay.url + path, timeout=30).text)
 
 
+def test_the_settings_page_sets_the_tools_settings_and_refuses_bad_ones(relay: Relay) -> None:
+    browser = _signed_in(relay)
+    page = browser.get(f"{relay.url}/settings", timeout=30).text
+    assert 'id="openclaw"' in page and 'name="max_ping_pong_turns" value="5"' in page
+    form = {"csrf_token": _csrf(page), "max_ping_pong_turns": "2", "sessions_visibility": "all",
+            "send_policy_default": "deny", "send_policy_rules": '[{"match": {"keyPrefix": "cron:"}, "action": "allow"}]',
+            "spawn_allow_agents": "echo2, echo3", "spawn_archive_after_minutes": "90"}
+    saved = browser.post(f"{relay.url}/settings/openclaw", data=form, allow_redirects=False, timeout=30)
+    assert saved.status_code == 303 and saved.headers["Location"].endswith("/settings#openclaw"), saved.text[:300]
+    stored = relay.owner.get("/api/v1/owner/settings")["settings"]
+    try:
+        assert (stored["max_ping_pong_turns"], stored["sessions_visibility"], stored["spawn_allow_agents"],
+                stored["spawn_archive_after_minutes"]) == (2, "all", ["echo2", "echo3"], 90)
+        assert stored["send_policy"] == {"rules": [{"match": {"keyPrefix": "cron:"}, "action": "allow"}], "default": "deny"}
+        # Bad values are refused by name and change nothing; a form without the CSRF token does nothing.
+        for field, bad, says in (("max_ping_pong_turns", "9", "max_ping_pong_turns"),
+                                 ("send_policy_rules", "[{not json", "must be JSON"),
+                                 ("sessions_visibility", "everyone", "sessions_visibility")):
+            answer = browser.post(f"{relay.url}/settings/openclaw", data={**form, field: bad}, timeout=30)
+            assert says in html.unescape(answer.text), (field, answer.text[:500])
+            assert relay.owner.get("/api/v1/owner/settings")["settings"] == stored
+        forged = browser.post(f"{relay.url}/settings/openclaw", data={**form, "csrf_token": "x", "max_ping_pong_turns": "0"},
+                              allow_redirects=False, timeout=30)
+        assert forged.status_code == 400 and relay.owner.get("/api/v1/owner/settings")["settings"] == stored
+    finally:
+        relay.settings(max_ping_pong_turns=5, sessions_visibility="tree", send_policy={"rules": [], "default": "allow"},
+                       spawn_allow_agents=[], spawn_archive_after_minutes=60)
+
+
 # The reply ping-pong and the announce step ---------------------------------------------------------------
 
 
