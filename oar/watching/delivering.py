@@ -9,15 +9,13 @@ compares `now` with the stored due time. The clock's sweeper delivers whatever i
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import redis
 from peewee import fn
 
-from oar.core import keys
+from oar.core import keys, lease_lock
 from oar.core.db import released_connection, write_transaction
 from oar.core.models import HeldEvent, Message, Session, Subscription, Wakeup
 from oar.core.runtime import Runtime
@@ -55,31 +53,26 @@ def deliver_overdue(runtime: Runtime, now_reader: Any, lag_seconds: float = 0) -
     """
     if not runtime.settings()["agent_sessions_enabled"]:
         return 0
-    lock = keys.delivery_lock(runtime.config.namespace)
-    lease = max(1, int(runtime.time("DELIVERY_LOCK_SECONDS")))
     delivered = 0
     while True:
-        token = secrets.token_hex(8)
-        try:
-            if not runtime.redis.set(lock, token, nx=True, ex=lease):
-                return delivered
-        except redis.RedisError:
-            token = ""
+        lease = lease_lock.take(runtime.redis, keys.delivery_lock(runtime.config.namespace), runtime.time("DELIVERY_LOCK_SECONDS"))
+        if lease is None:
+            return delivered
+        unlocked = not lease.held
         made_in_round = 0
         try:
-            while made := _deliver_pass(runtime, now_reader(), lag_seconds, lock if token else "", token, lease):
+            while made := _deliver_pass(runtime, now_reader(), lag_seconds, lease):
                 made_in_round += made
         finally:
-            if token:
-                _release(runtime, lock, token)
+            lease.release()
         delivered += made_in_round
         # A caller that found the lock taken just now left its watchers to this one (a round
         # that delivered nothing stops: what is left keeps failing, and the sweeper retries it).
-        if not token or not made_in_round or not _overdue_watchers(now_reader() - timedelta(seconds=lag_seconds)):
+        if unlocked or not made_in_round or not _overdue_watchers(now_reader() - timedelta(seconds=lag_seconds)):
             return delivered
 
 
-def _deliver_pass(runtime: Runtime, now: datetime, lag_seconds: float, lock: str, token: str, lease: int) -> int:
+def _deliver_pass(runtime: Runtime, now: datetime, lag_seconds: float, lease: lease_lock.Lease) -> int:
     made = 0
     lines = held.Lines()  # the watchers of a wide fan-out carry the same bundled lines
     for watcher_id in _overdue_watchers(now - timedelta(seconds=lag_seconds)):
@@ -88,8 +81,7 @@ def _deliver_pass(runtime: Runtime, now: datetime, lag_seconds: float, lock: str
                 made += 1
         except Exception:  # one broken watcher must not stop the others
             log.exception("delivery to %s failed; trying again at the next sweep", watcher_id)
-        if lock:
-            _renew(runtime, lock, token, lease)
+        lease.renew()
     return made
 
 
@@ -103,22 +95,6 @@ def _overdue_watchers(due_by: datetime) -> list[str]:
         .group_by(HeldEvent.watcher)
         .order_by(first)
     ]
-
-
-def _renew(runtime: Runtime, lock: str, token: str, lease: int) -> None:
-    try:
-        if runtime.redis.get(lock) == token.encode():
-            runtime.redis.expire(lock, lease)
-    except redis.RedisError:
-        pass
-
-
-def _release(runtime: Runtime, lock: str, token: str) -> None:
-    try:
-        if runtime.redis.get(lock) == token.encode():
-            runtime.redis.delete(lock)
-    except redis.RedisError:
-        pass
 
 
 def run_job(runtime: Runtime, watcher_id: str, now_reader: Any) -> str:
