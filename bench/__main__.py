@@ -23,7 +23,7 @@ from pathlib import Path
 
 import requests
 
-from bench import report, schedules, seed, stack, wake
+from bench import report, schedules, seed, stack, usage, wake
 from bench.load import LoadGenerator, Tally, Workload
 from bench.owner import Owner
 
@@ -69,35 +69,55 @@ def check_workload(workload: Workload) -> None:
         raise RuntimeError(f"{workload.url} answered {response.status_code}: {response.text[:500]}")
 
 
+@dataclass
+class Measured:
+    """One endpoint's requests over every round, and the CPU its server's processes used meanwhile."""
+
+    tally: Tally
+    server_cpu_seconds: float = 0.0
+
+    @property
+    def cpu_ms_per_request(self) -> float:
+        return self.server_cpu_seconds * 1000 / self.tally.ok if self.tally.ok else float("nan")
+
+
 def measure_throughput(
-    load: LoadGenerator, workloads: dict[str, Workload], seconds: float, rounds: int
-) -> dict[str, Tally]:
+    load: LoadGenerator, workloads: dict[str, tuple[Workload, int]], seconds: float, rounds: int
+) -> dict[str, Measured]:
     """Every endpoint in turn, `rounds` times, so that drift in the machine's load (other
-    jobs on a shared machine) spreads over all endpoints instead of falling on one."""
-    for name, workload in workloads.items():
+    jobs on a shared machine) spreads over all endpoints instead of falling on one. Each
+    workload comes with the pid of the server answering it: the CPU (user + system) of that
+    server's processes over each round, divided by the requests answered, is steadier than
+    req/s on a machine shared with other jobs (their load takes cores, not CPU time)."""
+    for name, (workload, _pid) in workloads.items():
         check_workload(workload)
         progress(f"warming up {name}")
         load.run(workload, WARM_UP_SECONDS)
-    totals = {name: Tally() for name in workloads}
+    totals = {name: Measured(Tally()) for name in workloads}
     for number in range(1, rounds + 1):
-        for name, workload in workloads.items():
+        for name, (workload, pid) in workloads.items():
             progress(f"round {number}/{rounds}: {name} for {seconds:g} s")
-            totals[name].add(load.run(workload, seconds), sequential=True)
+            before = usage.sample(pid).cpu_seconds
+            totals[name].tally.add(load.run(workload, seconds), sequential=True)
+            totals[name].server_cpu_seconds += usage.sample(pid).cpu_seconds - before
     return totals
 
 
-def throughput_rows(totals: dict[str, Tally], baseline: str) -> list[report.ThroughputRow]:
-    bare = totals[baseline].per_second
+def throughput_rows(totals: dict[str, Measured], baseline: str) -> list[report.ThroughputRow]:
+    bare = totals[baseline].tally.per_second
+    bare_cpu = totals[baseline].cpu_ms_per_request
     return [
         report.ThroughputRow(
             name=name,
-            per_second=tally.per_second,
-            p50_ms=report.percentile(tally.latencies, 0.50) * 1000,
-            p99_ms=report.percentile(tally.latencies, 0.99) * 1000,
-            errors=tally.errors,
-            ratio=tally.per_second / bare if bare else float("nan"),
+            per_second=measured.tally.per_second,
+            p50_ms=report.percentile(measured.tally.latencies, 0.50) * 1000,
+            p99_ms=report.percentile(measured.tally.latencies, 0.99) * 1000,
+            errors=measured.tally.errors,
+            ratio=measured.tally.per_second / bare if bare else float("nan"),
+            cpu_ms=measured.cpu_ms_per_request,
+            cpu_ratio=bare_cpu / measured.cpu_ms_per_request if measured.cpu_ms_per_request else float("nan"),
         )
-        for name, tally in totals.items()
+        for name, measured in totals.items()
     ]
 
 
@@ -108,21 +128,25 @@ class Results:
     worker_processes: int
     connections: int
     load_average: float
-    throughput: dict[str, Tally]
+    throughput: dict[str, Measured]
     wake: wake.WakeFigures
     firing: schedules.FiringFigures | None = None
 
 
-def relay_workloads(running: stack.Running, token: str, session_ids: Sequence[str]) -> dict[str, Workload]:
-    """The three measured endpoints; the first is the baseline the ratios divide by."""
+def relay_workloads(
+    running: stack.Running, token: str, session_ids: Sequence[str]
+) -> dict[str, tuple[Workload, int]]:
+    """The three measured endpoints, each with its server's pid; the first is the baseline
+    the ratios divide by."""
     endpoint = "/api/v1/relay_tool"
     read = {"action": "read_session", "relay": "this"}
+    relay, bare = running.relay, running.bare
     return {
         # The bare server gets the same bytes as read_session; it ignores them.
-        "bare Flask JSON (baseline)": Workload(running.bare.url + endpoint, token, read, tuple(session_ids)),
-        "relay_tool read_session": Workload(running.relay.url + endpoint, token, read, tuple(session_ids)),
-        "relay_tool list_sessions": Workload(
-            running.relay.url + endpoint, token, {"action": "list_sessions", "relay": "this"}
+        "bare Flask JSON (baseline)": (Workload(bare.url + endpoint, token, read, tuple(session_ids)), bare.pid),
+        "relay_tool read_session": (Workload(relay.url + endpoint, token, read, tuple(session_ids)), relay.pid),
+        "relay_tool list_sessions": (
+            Workload(relay.url + endpoint, token, {"action": "list_sessions", "relay": "this"}), relay.pid
         ),
     }
 
