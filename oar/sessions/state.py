@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
+
+from peewee import fn
 
 from oar.core.models import Message, Session, Task
 from oar.core.prepared import Prepared, scalars
 from oar.core.statuses import OPEN_TURN, SessionState, TaskStatus
+
+
+def busy_exists() -> Any:
+    """Whether the session of the enclosing query (its `Session.id`) is busy, as one SQL
+    expression: read_session asks it in the query that reads the session."""
+    return fn.EXISTS(Message.select(Message.id).where((Message.session == Session.id) & Message.status.in_(OPEN_TURN)))
+
 
 # Asked on every list_sessions and read_session: their SQL built once (oar/core/prepared.py).
 _BUSY = Prepared(
