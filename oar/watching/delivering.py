@@ -13,11 +13,12 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from peewee import fn
+from peewee import DoesNotExist, fn
 
 from oar.core import keys, lease_lock
 from oar.core.db import released_connection, write_transaction
 from oar.core.models import HeldEvent, Message, Session, Subscription, Wakeup
+from oar.core.prepared import Prepared
 from oar.core.runtime import Runtime
 from oar.turns import automated, turns
 from oar.watching import delivery, due_jobs, held, subscription_rules
@@ -113,22 +114,28 @@ def run_job(runtime: Runtime, watcher_id: str, now_reader: Any) -> str:
     return deliver(runtime, watcher_id, now_reader())
 
 
+# A delivery pass makes these for each of hundreds of watchers whose windows closed together:
+# their SQL is built once (oar/core/prepared.py).
+_WATCHER = Prepared(lambda watcher_id: Session.select().where(Session.id == watcher_id).limit(1))
+_UNDELIVERED = Prepared(
+    lambda watcher_id: HeldEvent.select(
+        HeldEvent.id, HeldEvent.due_at, HeldEvent.reason, HeldEvent.urgent, HeldEvent.subscription_id, HeldEvent.line,
+        HeldEvent.count, HeldEvent.seqs, HeldEvent.event_seq, HeldEvent.position,
+    ).where(held.undelivered(watcher_id)).namedtuples()
+)
+_SUBSCRIPTIONS = Prepared(lambda ids: Subscription.select().where(Subscription.id.in_(ids)))
+
+
 def deliver(runtime: Runtime, watcher_id: str, now: datetime, lines: held.Lines | None = None) -> str:
     """Deliver the watcher's due events as one message: `delivered`, `nothing`, `paused`,
     `dropped` or `lost` (another worker delivered them first)."""
     if not runtime.settings()["agent_sessions_enabled"]:
         return "paused"  # subscriptions deliver nothing while agent sessions are off (docs/rules.md#agent-sessions-on-or-off)
-    watcher = Session.get_or_none(Session.id == watcher_id)
+    watcher = _WATCHER.first(watcher_id)
     if watcher is None or watcher.archived or watcher.deleted:
         HeldEvent.update(dropped=True).where((HeldEvent.watcher == watcher_id) & HeldEvent.delivered_at.is_null()).execute()
         return "dropped"
-    rows = {
-        row.id: row
-        for row in HeldEvent.select(
-            HeldEvent.id, HeldEvent.due_at, HeldEvent.reason, HeldEvent.urgent, HeldEvent.subscription_id, HeldEvent.line,
-            HeldEvent.count, HeldEvent.seqs, HeldEvent.event_seq, HeldEvent.position,
-        ).where(held.undelivered(watcher_id)).namedtuples()
-    }
+    rows = {row.id: row for row in _UNDELIVERED.rows(watcher_id)}
     chosen = [rows[h.key] for h in delivery.batch([delivery.Held(r.id, r.due_at, r.reason, r.urgent) for r in rows.values()], now)]
     if not chosen:
         due_jobs.schedule_next(runtime, watcher_id)
@@ -141,7 +148,9 @@ def deliver(runtime: Runtime, watcher_id: str, now: datetime, lines: held.Lines 
     message: Message | None = None
     try:
         with write_transaction():
-            watcher = Session.get_by_id(watcher_id)
+            watcher = _WATCHER.first(watcher_id)
+            if watcher is None:
+                raise DoesNotExist(f"session {watcher_id} is gone")
             message = automated.insert(watcher, text, turns.Provenance(kind="event", hops=0))
             claimed = held.claim([r.id for r in chosen], now, message.id)
             if claimed != len(chosen):
@@ -163,14 +172,17 @@ def deliver(runtime: Runtime, watcher_id: str, now: datetime, lines: held.Lines 
 
 def _message_text(rows: list[Any], lines: held.Lines) -> str:
     reasons = {row.reason for row in rows}
-    subs = {s.id: s for s in Subscription.select().where(Subscription.id.in_({r.subscription_id for r in rows}))}
+    subs = {s.id: s for s in _SUBSCRIPTIONS.rows(list({r.subscription_id for r in rows}))}
     digest_subs = [subscription_rules.rules_of(s) for s in subs.values() if s.digest_minutes]
     quiet = next((subscription_rules.quiet_of(s) for s in subs.values() if s.quiet_hours), None)
     text = [automated.EVENT_HEADER]
     heading = delivery.digest_line(sum(row.count for row in rows), reasons, digest_subs, quiet)
     if heading:
         text.append(heading)
-    text.extend(line for _key, line in sorted(_ordered_lines(rows, lines), key=lambda item: item[0]))
+    if len(rows) == 1 and rows[0].seqs:  # one bundle (a wide fan-out's): its lines in the order of their numbers
+        text.extend(line for _seq, line in sorted(lines.of(rows[0].seqs), key=lambda item: item[0]))
+    else:
+        text.extend(line for _key, line in sorted(_ordered_lines(rows, lines), key=lambda item: item[0]))
     return "\n".join(text)
 
 

@@ -74,9 +74,14 @@ class Lines:
     def __init__(self) -> None:
         self.known: dict[tuple[int, str], str] = {}
         self.read: set[tuple[int, int, str]] = set()
+        self.done: dict[tuple[tuple[Any, ...], ...], list[tuple[int, str]]] = {}
 
     def of(self, runs: list[list[Any]]) -> list[tuple[int, str]]:
-        """(seq, line) of every event in `runs` ([first, last, kind] each), in order."""
+        """(seq, line) of every event in `runs` ([first, last, kind] each), in order; the same
+        list again for the same runs (the watchers of a wide fan-out carry the same)."""
+        key = tuple(tuple(run) for run in runs)
+        if (done := self.done.get(key)) is not None:
+            return done
         found: list[tuple[int, str]] = []
         for first, last, kind in runs:
             if (first, last, kind) not in self.read:
@@ -86,6 +91,7 @@ class Lines:
                 self.known.update(((int(seq), kind), str(line)) for seq, line in rows)
                 self.read.add((first, last, kind))
             found.extend((seq, self.known[(seq, kind)]) for seq in range(first, last + 1) if (seq, kind) in self.known)
+        self.done[key] = found
         return found
 
 
