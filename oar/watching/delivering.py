@@ -179,11 +179,36 @@ def _message_text(rows: list[Any], lines: held.Lines) -> str:
     heading = delivery.digest_line(sum(row.count for row in rows), reasons, digest_subs, quiet)
     if heading:
         text.append(heading)
-    if len(rows) == 1 and rows[0].seqs:  # one bundle (a wide fan-out's): its lines in the order of their numbers
-        text.extend(line for _seq, line in sorted(lines.of(rows[0].seqs), key=lambda item: item[0]))
+    in_order = _bundles_in_order(rows, lines)
+    if in_order is not None:
+        text.extend(in_order)
     else:
         text.extend(line for _key, line in sorted(_ordered_lines(rows, lines), key=lambda item: item[0]))
     return "\n".join(text)
+
+
+def _bundles_in_order(rows: list[Any], lines: held.Lines) -> list[str] | None:
+    """The lines `_ordered_lines` would give, without placing each line: for rows of events
+    only (a wide fan-out's bundles, one per ingested batch), each in order and none
+    overlapping another, the rows in the order of their first events. None otherwise.
+    A watcher of a busy relay gets thousands of lines in each of a window's rows, the same
+    rows (and lines, `held.Lines`) as every other watcher of everything."""
+    spans: list[tuple[int, int, list[str]]] = []
+    for row in rows:
+        if row.seqs:
+            span = lines.span(row.seqs)
+            if span is None:
+                return None
+            if span[2]:
+                spans.append(span)
+        elif row.event_seq is not None:
+            spans.append((row.event_seq, row.event_seq, [row.line]))
+        else:
+            return None  # an engine line (all_idle, a heartbeat): placed among the events
+    spans.sort(key=lambda span: span[0])
+    if any(later[0] <= earlier[1] for earlier, later in zip(spans, spans[1:], strict=False)):
+        return None
+    return [line for _first, _last, found in spans for line in found]
 
 
 def _ordered_lines(rows: list[Any], lines: held.Lines) -> list[tuple[tuple[int, int, int], str]]:
