@@ -28,7 +28,7 @@ from oar.turns.turns import MESSAGE_COLUMNS, badge, clip_reply
 SCOPES = ("active", "recent", "all", "archived")
 
 
-def encode_cursor(session: Session) -> str:
+def encode_cursor(session: Any) -> str:
     raw = json.dumps([session.last_activity_at.isoformat(), session.id]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
@@ -53,11 +53,19 @@ _LISTED: dict[tuple[str, bool], Prepared] = {}
 
 
 def _sessions_query(scope: str, text: str | None, *, cursor: bool) -> Callable[..., Any]:
-    """list_sessions' query: `build([since,] [moment, moment, after_id,] limit)` (`since` for "recent")."""
+    """list_sessions' query: `build(keep_since, [since,] [moment, moment, after_id,] limit)`
+    (`since` for "recent"); each session comes with whether it is busy, has a background
+    task running and has tasks to show (`keep_since`, `task_views.shown_exists`), so that
+    the tasks are read only for the sessions that have some."""
 
-    def build(*values: Any) -> Any:
+    def build(keep_since: Any, *values: Any) -> Any:
         rest = list(values)
-        query = Session.select(*_LISTED_COLUMNS).where(Session.deleted == False)  # noqa: E712
+        query = Session.select(
+            *_LISTED_COLUMNS,
+            session_state.busy_exists().alias("busy_now"),
+            session_state.background_exists().alias("background_now"),
+            task_views.shown_exists(keep_since).alias("has_shown_tasks"),
+        ).where(Session.deleted == False)  # noqa: E712
         if scope == "archived":
             query = query.where(Session.archived == True)  # noqa: E712
         elif scope != "all":
@@ -73,7 +81,9 @@ def _sessions_query(scope: str, text: str | None, *, cursor: bool) -> Callable[.
             query = query.where(
                 (Session.last_activity_at < moment) | ((Session.last_activity_at == same_moment) & (Session.id < after_id))
             )
-        return query.order_by(Session.last_activity_at.desc(), Session.id.desc()).limit(rest[-1])
+        query = query.order_by(Session.last_activity_at.desc(), Session.id.desc()).limit(rest[-1])
+        # Prepared, rows come as named tuples (oar/core/prepared.py); built each time, as models.
+        return query if text else query.namedtuples()
 
     return build
 
@@ -103,7 +113,8 @@ def list_sessions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     text = args["query"].strip() if args.get("query") else None
     moment, after_id = decode_cursor(args["cursor"]) if args.get("cursor") else (None, None)
     values = (
-        *((since,) if scope == "recent" else ()), *((moment, moment, after_id) if moment is not None else ()), limit + 1
+        task_views.keep_since(ctx.runtime, ctx.now),
+        *((since,) if scope == "recent" else ()), *((moment, moment, after_id) if moment is not None else ()), limit + 1,
     )
     if text:  # `contains` rewrites its value, so this query is built each time
         rows = list(_sessions_query(scope, text, cursor=moment is not None)(*values))
@@ -117,10 +128,12 @@ def list_sessions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     rows = rows[:limit]
     result: dict[str, Any] = {
         "summary": f"list_sessions → {ctx.relay_name}: {len(rows)} sessions ({scope}){', more' if more else ''}",
-        "sessions": sessions.listed_many(rows),
+        "sessions": sessions.listed_many(
+            rows, busy={row.id for row in rows if row.busy_now}, background={row.id for row in rows if row.background_now}
+        ),
         "nextCursor": encode_cursor(rows[-1]) if more else None,
     }
-    shown = task_views.shown_for(ctx.runtime, [row.id for row in rows], ctx.now)
+    shown = task_views.shown_for(ctx.runtime, [row.id for row in rows if row.has_shown_tasks], ctx.now)
     for entry in result["sessions"]:
         entry["tasks"] = shown.get(entry["id"], [])
     return result

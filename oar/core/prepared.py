@@ -102,14 +102,17 @@ def _maker(query: Any) -> Callable[[tuple[Any, ...]], Any] | None:
     would leave them (converted by each field's `python_value`, nothing marked dirty). A model
     query may also select aliased expressions after its fields (an `EXISTS` flag): each becomes
     a plain attribute of the instance, as stored. `.namedtuples()` gives each row as a named
-    tuple with the fields' names (no model instance: the cheapest rows that read like one)."""
+    tuple with the columns' names (no model instance: the cheapest rows that read like one),
+    extras included."""
     model = query.model
     returning = list(query._returning)
     fields = [node for node in returning if isinstance(node, peewee.Field)]
     extras = returning[len(fields):]
     if not all(field.model is model for field in fields) or fields != returning[: len(fields)]:
         return None
-    if extras and (query._row_type is not None or not all(isinstance(node, peewee.Alias) for node in extras)):
+    if extras and (
+        query._row_type not in (None, peewee.ROW.NAMED_TUPLE) or not all(isinstance(node, peewee.Alias) for node in extras)
+    ):
         return None
     names = [field.name for field in fields]
     converters = [None if type(field) in _AS_STORED else field.python_value for field in fields]
@@ -128,7 +131,9 @@ def _maker(query: Any) -> Callable[[tuple[Any, ...]], Any] | None:
             return tuple
         return lambda row: tuple(converted(row))
     if query._row_type == peewee.ROW.NAMED_TUPLE:
-        shape = collections.namedtuple(f"{model.__name__}Row", names)  # type: ignore[misc]
+        # Named by column: a foreign key's value reads `group_id`, as on a model instance.
+        columns = [field.column_name for field in fields] + [node._alias for node in extras]
+        shape = collections.namedtuple(f"{model.__name__}Row", columns)  # type: ignore[misc]
         return lambda row: shape._make(converted(row) if converting else row)
     if query._row_type is not None:
         return None

@@ -18,6 +18,12 @@ def busy_exists() -> Any:
     return fn.EXISTS(Message.select(Message.id).where((Message.session == Session.id) & Message.status.in_(OPEN_TURN)))
 
 
+def background_exists() -> Any:
+    """Whether the session of the enclosing query (its `Session.id`) has a background task
+    running, as one SQL expression: list_sessions asks it in the query that lists the sessions."""
+    return fn.EXISTS(Task.select(Task.id).where((Task.session == Session.id) & (Task.status == TaskStatus.RUNNING)))
+
+
 # Asked on every list_sessions and read_session: their SQL built once (oar/core/prepared.py).
 _BUSY = Prepared(
     lambda session_ids: Message.select(Message.session)
