@@ -123,7 +123,7 @@ def _record(session_id: str, count: int, from_session: str | None = None) -> lis
 
 def test_watchers_alike_are_matched_together_and_each_leaves_out_its_own(tmp_path: Path) -> None:
     """Watchers whose one subscription has the same filters are matched once for all
-    (docs/decisions.md#fan-out-matching-once-per-group): each still leaves out its own
+    (docs/decisions.md#fan-out-matching-once-per-group-issue-14): each still leaves out its own
     session's events and those from before it subscribed, gets its own prompt in a row of its
     own, and a watcher with two subscriptions is matched as before."""
     with own_relay(tmp_path, worker=False) as stack:  # no worker: nothing ingests but the test

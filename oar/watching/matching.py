@@ -48,7 +48,7 @@ def _extend_runs(runs: list[list[Any]], seq: int, kind: str) -> None:
 
 
 class _Shared:
-    """The parts of a group's plain watchers (docs/decisions.md#fan-out-matching-once-per-group):
+    """The parts of a group's plain watchers (docs/decisions.md#fan-out-matching-once-per-group-issue-14):
     subscriptions alike in their filters, each its watcher's only one, not `once`. Such a subscription's part is the group's events but the few it must
     leave out (its own session's, those from before it was made, its watcher's own prompts,
     which get a row of their own), so the events are kept once for the group, each part only
