@@ -35,10 +35,12 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "part", nargs="?", choices=("all", "schedules"), default="all",
         help="what to measure: everything (default), or only schedule firing accuracy; "
-        "`python -m bench tasks [--gigabyte]`, `python -m bench providers`, `python -m bench delivery` and "
-        "`python -m bench idle` run one part alone",
+        "`python -m bench tasks [--gigabyte]`, `python -m bench providers`, `python -m bench delivery`, "
+        "`python -m bench idle` and `python -m bench instructions` run one part alone",
     )
-    parser.add_argument("--schedules", type=int, default=1000, help="schedules due within one minute (default 1000)")
+    parser.add_argument(
+        "--schedules", type=int, default=1000, help="schedules due within one minute (default 1000; 0: none)"
+    )
     parser.add_argument("--seconds", type=float, default=4.0, help="length of one measurement round (default 4)")
     parser.add_argument(
         "--rounds", type=int, default=2, help="rounds, each measuring every endpoint in turn (default 2)"
@@ -181,12 +183,14 @@ def run(args: argparse.Namespace) -> Results:
 
 def measure_firing(
     args: argparse.Namespace, running: stack.Running, owner: Owner, data_dir: Path
-) -> schedules.FiringFigures:
+) -> schedules.FiringFigures | None:
+    if args.schedules <= 0:  # `--schedules 0`: no firing figure (the relay's reads and wakes alone)
+        return None
     progress(f"{args.schedules:,} schedules due within one minute (about two minutes)")
     return schedules.measure(running.relay.url, owner, data_dir, args.schedules)
 
 
-def run_schedules_only(args: argparse.Namespace) -> schedules.FiringFigures:
+def run_schedules_only(args: argparse.Namespace) -> schedules.FiringFigures | None:
     """`python -m bench schedules`: a fresh relay, no seeded data, only firing accuracy."""
     with stack.prepared() as ready, stack.started(ready) as running:
         owner = Owner(running.relay.url, ready.owner_token)
@@ -243,6 +247,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench import idle
 
         return idle.run(argv[1:])
+    if argv[:1] == ["instructions"]:  # `python -m bench instructions`: callgrind's count per read
+        from bench import instructions
+
+        return instructions.run(argv[1:])
     if argv[:1] == ["delivery"]:  # `python -m bench delivery`: relay events fanned out to 200 watchers
         from bench import delivery
 
@@ -255,7 +263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.part == "schedules":
             firing = run_schedules_only(args)
             print(f"OAR Relay benchmark: schedules\nmachine      {os.cpu_count()} CPUs ({cpu_model()})", flush=True)
-            print(firing_line(firing), flush=True)
+            if firing is not None:
+                print(firing_line(firing), flush=True)
             progress(f"done in {time.monotonic() - started:.0f} s")
             return 0
         results = run(args)
