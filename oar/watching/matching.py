@@ -48,13 +48,14 @@ def _extend_runs(runs: list[list[Any]], seq: int, kind: str) -> None:
 
 
 class _Shared:
-    """The parts of a group's plain watchers (docs/decisions.md#fan-out-matching-once-per-group-issue-14):
-    subscriptions alike in their filters, each its watcher's only one, not `once`. Such a subscription's part is the group's events but the few it must
-    leave out (its own session's, those from before it was made, its watcher's own prompts,
-    which get a row of their own), so the events are kept once for the group, each part only
-    noting where it starts and what it leaves out; `parts` then gives every part its events,
-    the same list (and runs) for every part that left nothing out. Without this, a batch of
-    1,000 events for 200 watchers of `["all"]` was 200,000 steps of Python per batch."""
+    """The parts of a group's plain watchers: subscriptions alike in their filters, each its
+    watcher's only one, not `once` (docs/decisions.md#fan-out-matching-once-per-group-issue-14).
+    Such a subscription's part is the group's events but the few it must leave out (its own
+    session's, those from before it was made, its watcher's own prompts, which get a row of
+    their own), so the events are kept once for the group, each part only noting where it
+    starts and what it leaves out; `parts` then gives every part its events, the same list
+    (and runs) for every part that left nothing out. Without this, a batch of 1,000 events
+    for 200 watchers of `["all"]` was 200,000 steps of Python."""
 
     def __init__(self, members: list[Subscription]) -> None:
         self.members = members
