@@ -14,9 +14,11 @@ value (`startswith`, `contains`) would hide the placeholder, and building refuse
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import peewee
@@ -96,6 +98,23 @@ class Prepared:
 _AS_STORED = (peewee.CharField, peewee.TextField, peewee.IntegerField, peewee.AutoField)
 
 
+def _converter(field: peewee.Field) -> Callable[[Any], Any]:
+    """`field.python_value`; for a datetime stored as text (SQLite), `datetime.fromisoformat`
+    first, which is what peewee ends up calling after a few steps of its own (and falls back
+    to when that fails)."""
+    if type(field) is not peewee.DateTimeField:
+        return field.python_value
+    slow = field.python_value
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                return datetime.fromisoformat(value)
+        return slow(value)
+
+    return convert
+
+
 def _maker(query: Any) -> Callable[[tuple[Any, ...]], Any] | None:
     """A faster row-to-instance step than peewee's cursor wrapper (a third of a read's time), for
     a query that selects fields of its model: the instance gets its values as peewee's wrapper
@@ -115,7 +134,7 @@ def _maker(query: Any) -> Callable[[tuple[Any, ...]], Any] | None:
     ):
         return None
     names = [field.name for field in fields]
-    converters = [None if type(field) in _AS_STORED else field.python_value for field in fields]
+    converters = [None if type(field) in _AS_STORED else _converter(field) for field in fields]
     # Only the columns that need it are converted (most come as stored).
     converting = [(index, convert) for index, convert in enumerate(converters) if convert is not None]
 
