@@ -23,7 +23,7 @@ from pathlib import Path
 
 import requests
 
-from bench import report, schedules, seed, stack, wake
+from bench import report, schedules, seed, stack, usage, wake
 from bench.load import LoadGenerator, Tally, Workload
 from bench.owner import Owner
 
@@ -35,10 +35,12 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "part", nargs="?", choices=("all", "schedules"), default="all",
         help="what to measure: everything (default), or only schedule firing accuracy; "
-        "`python -m bench tasks [--gigabyte]`, `python -m bench providers`, `python -m bench delivery` and "
-        "`python -m bench idle` run one part alone",
+        "`python -m bench tasks [--gigabyte]`, `python -m bench providers`, `python -m bench delivery`, "
+        "`python -m bench idle` and `python -m bench instructions` run one part alone",
     )
-    parser.add_argument("--schedules", type=int, default=1000, help="schedules due within one minute (default 1000)")
+    parser.add_argument(
+        "--schedules", type=int, default=1000, help="schedules due within one minute (default 1000; 0: none)"
+    )
     parser.add_argument("--seconds", type=float, default=4.0, help="length of one measurement round (default 4)")
     parser.add_argument(
         "--rounds", type=int, default=2, help="rounds, each measuring every endpoint in turn (default 2)"
@@ -69,35 +71,55 @@ def check_workload(workload: Workload) -> None:
         raise RuntimeError(f"{workload.url} answered {response.status_code}: {response.text[:500]}")
 
 
+@dataclass
+class Measured:
+    """One endpoint's requests over every round, and the CPU its server's processes used meanwhile."""
+
+    tally: Tally
+    server_cpu_seconds: float = 0.0
+
+    @property
+    def cpu_ms_per_request(self) -> float:
+        return self.server_cpu_seconds * 1000 / self.tally.ok if self.tally.ok else float("nan")
+
+
 def measure_throughput(
-    load: LoadGenerator, workloads: dict[str, Workload], seconds: float, rounds: int
-) -> dict[str, Tally]:
+    load: LoadGenerator, workloads: dict[str, tuple[Workload, int]], seconds: float, rounds: int
+) -> dict[str, Measured]:
     """Every endpoint in turn, `rounds` times, so that drift in the machine's load (other
-    jobs on a shared machine) spreads over all endpoints instead of falling on one."""
-    for name, workload in workloads.items():
+    jobs on a shared machine) spreads over all endpoints instead of falling on one. Each
+    workload comes with the pid of the server answering it: the CPU (user + system) of that
+    server's processes over each round, divided by the requests answered, is steadier than
+    req/s on a machine shared with other jobs (their load takes cores, not CPU time)."""
+    for name, (workload, _pid) in workloads.items():
         check_workload(workload)
         progress(f"warming up {name}")
         load.run(workload, WARM_UP_SECONDS)
-    totals = {name: Tally() for name in workloads}
+    totals = {name: Measured(Tally()) for name in workloads}
     for number in range(1, rounds + 1):
-        for name, workload in workloads.items():
+        for name, (workload, pid) in workloads.items():
             progress(f"round {number}/{rounds}: {name} for {seconds:g} s")
-            totals[name].add(load.run(workload, seconds), sequential=True)
+            before = usage.sample(pid).cpu_seconds
+            totals[name].tally.add(load.run(workload, seconds), sequential=True)
+            totals[name].server_cpu_seconds += usage.sample(pid).cpu_seconds - before
     return totals
 
 
-def throughput_rows(totals: dict[str, Tally], baseline: str) -> list[report.ThroughputRow]:
-    bare = totals[baseline].per_second
+def throughput_rows(totals: dict[str, Measured], baseline: str) -> list[report.ThroughputRow]:
+    bare = totals[baseline].tally.per_second
+    bare_cpu = totals[baseline].cpu_ms_per_request
     return [
         report.ThroughputRow(
             name=name,
-            per_second=tally.per_second,
-            p50_ms=report.percentile(tally.latencies, 0.50) * 1000,
-            p99_ms=report.percentile(tally.latencies, 0.99) * 1000,
-            errors=tally.errors,
-            ratio=tally.per_second / bare if bare else float("nan"),
+            per_second=measured.tally.per_second,
+            p50_ms=report.percentile(measured.tally.latencies, 0.50) * 1000,
+            p99_ms=report.percentile(measured.tally.latencies, 0.99) * 1000,
+            errors=measured.tally.errors,
+            ratio=measured.tally.per_second / bare if bare else float("nan"),
+            cpu_ms=measured.cpu_ms_per_request,
+            cpu_ratio=bare_cpu / measured.cpu_ms_per_request if measured.cpu_ms_per_request else float("nan"),
         )
-        for name, tally in totals.items()
+        for name, measured in totals.items()
     ]
 
 
@@ -108,21 +130,25 @@ class Results:
     worker_processes: int
     connections: int
     load_average: float
-    throughput: dict[str, Tally]
+    throughput: dict[str, Measured]
     wake: wake.WakeFigures
     firing: schedules.FiringFigures | None = None
 
 
-def relay_workloads(running: stack.Running, token: str, session_ids: Sequence[str]) -> dict[str, Workload]:
-    """The three measured endpoints; the first is the baseline the ratios divide by."""
+def relay_workloads(
+    running: stack.Running, token: str, session_ids: Sequence[str]
+) -> dict[str, tuple[Workload, int]]:
+    """The three measured endpoints, each with its server's pid; the first is the baseline
+    the ratios divide by."""
     endpoint = "/api/v1/relay_tool"
     read = {"action": "read_session", "relay": "this"}
+    relay, bare = running.relay, running.bare
     return {
         # The bare server gets the same bytes as read_session; it ignores them.
-        "bare Flask JSON (baseline)": Workload(running.bare.url + endpoint, token, read, tuple(session_ids)),
-        "relay_tool read_session": Workload(running.relay.url + endpoint, token, read, tuple(session_ids)),
-        "relay_tool list_sessions": Workload(
-            running.relay.url + endpoint, token, {"action": "list_sessions", "relay": "this"}
+        "bare Flask JSON (baseline)": (Workload(bare.url + endpoint, token, read, tuple(session_ids)), bare.pid),
+        "relay_tool read_session": (Workload(relay.url + endpoint, token, read, tuple(session_ids)), relay.pid),
+        "relay_tool list_sessions": (
+            Workload(relay.url + endpoint, token, {"action": "list_sessions", "relay": "this"}), relay.pid
         ),
     }
 
@@ -157,12 +183,14 @@ def run(args: argparse.Namespace) -> Results:
 
 def measure_firing(
     args: argparse.Namespace, running: stack.Running, owner: Owner, data_dir: Path
-) -> schedules.FiringFigures:
+) -> schedules.FiringFigures | None:
+    if args.schedules <= 0:  # `--schedules 0`: no firing figure (the relay's reads and wakes alone)
+        return None
     progress(f"{args.schedules:,} schedules due within one minute (about two minutes)")
     return schedules.measure(running.relay.url, owner, data_dir, args.schedules)
 
 
-def run_schedules_only(args: argparse.Namespace) -> schedules.FiringFigures:
+def run_schedules_only(args: argparse.Namespace) -> schedules.FiringFigures | None:
     """`python -m bench schedules`: a fresh relay, no seeded data, only firing accuracy."""
     with stack.prepared() as ready, stack.started(ready) as running:
         owner = Owner(running.relay.url, ready.owner_token)
@@ -223,6 +251,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench import paired
 
         return paired.run(argv[1:])
+    if argv[:1] == ["instructions"]:  # `python -m bench instructions`: callgrind's count per read
+        from bench import instructions
+
+        return instructions.run(argv[1:])
     if argv[:1] == ["delivery"]:  # `python -m bench delivery`: relay events fanned out to 200 watchers
         from bench import delivery
 
@@ -235,7 +267,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.part == "schedules":
             firing = run_schedules_only(args)
             print(f"OAR Relay benchmark: schedules\nmachine      {os.cpu_count()} CPUs ({cpu_model()})", flush=True)
-            print(firing_line(firing), flush=True)
+            if firing is not None:
+                print(firing_line(firing), flush=True)
             progress(f"done in {time.monotonic() - started:.0f} s")
             return 0
         results = run(args)

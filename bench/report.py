@@ -24,14 +24,20 @@ class ThroughputRow:
     p99_ms: float
     errors: int
     ratio: float
+    cpu_ms: float  # the server processes' CPU per answered request
+    cpu_ratio: float  # the baseline's CPU per request ÷ this one's
 
 
 def throughput_table(rows: Sequence[ThroughputRow]) -> str:
-    header = f"{'endpoint':<34}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}{'× bare':>9}"
+    header = (
+        f"{'endpoint':<34}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}{'× bare':>9}"
+        f"{'CPU ms/req':>12}{'CPU × bare':>12}"
+    )
     lines = [header, "-" * len(header)]
     for row in rows:
         lines.append(
             f"{row.name:<34}{row.per_second:>9,.0f}{row.p50_ms:>9.1f}{row.p99_ms:>9.1f}{row.errors:>8}{row.ratio:>9.2f}"
+            f"{row.cpu_ms:>12.3f}{row.cpu_ratio:>12.2f}"
         )
     return "\n".join(lines)
 

@@ -38,6 +38,7 @@ class Server:
 
     name: str
     url: str
+    pid: int  # its gunicorn arbiter; its workers are children (for CPU per request)
 
 
 @dataclass(frozen=True)
@@ -205,22 +206,22 @@ def embedded_redis(path: Path) -> Iterator[tuple[str, int | None]]:
 
 def start_relay(processes: Processes, env: dict[str, str]) -> Server:
     python = sys.executable
-    processes.start("web", [python, "-m", "gunicorn", "-c", str(GUNICORN_CONF), "wsgi:app"], env)
+    web = processes.start("web", [python, "-m", "gunicorn", "-c", str(GUNICORN_CONF), "wsgi:app"], env)
     processes.start("worker", [python, "-m", "oar", "worker"], env)
     processes.start("clock", [python, "-m", "oar", "clock"], env)
     url = f"http://127.0.0.1:{env['PORT']}"
     wait_until_up(f"{url}/healthz", processes)
-    return Server("relay", url)
+    return Server("relay", url, web.pid)
 
 
 def start_bare(processes: Processes, env: dict[str, str]) -> Server:
     port = free_port()
     bare_env = {**env, "PORT": str(port)}
     command = [sys.executable, "-m", "gunicorn", "-c", str(GUNICORN_CONF), "bench.bare_app:app"]
-    processes.start("bare", command, bare_env)
+    bare = processes.start("bare", command, bare_env)
     url = f"http://127.0.0.1:{port}"
     wait_until_up(f"{url}/healthz", processes)
-    return Server("bare", url)
+    return Server("bare", url, bare.pid)
 
 
 @contextlib.contextmanager

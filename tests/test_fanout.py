@@ -57,14 +57,15 @@ def _record_turn_ends(session_id: str, count: int) -> list[int]:
 
 
 def _held_seqs(watcher_id: str) -> list[int]:
-    """Every event number held for the watcher, once per time it is held."""
+    """Every event number held for the watcher, once per time it is held (the engine's own
+    lines, such as `all_idle`, hold none)."""
     with database.connection_context():
         rows = list(HeldEvent.select().where(HeldEvent.watcher == watcher_id))
     seqs: list[int] = []
     for row in rows:
         if row.seqs:
             seqs.extend(seq for first, last, _kind in row.seqs for seq in range(first, last + 1))
-        else:
+        elif row.event_seq is not None:
             seqs.append(row.event_seq)
     return sorted(seqs)
 
@@ -111,3 +112,51 @@ def test_two_ingesters_that_read_the_same_batch_hold_it_once(tmp_path: Path) -> 
                 thread.join(timeout=60)
         for watcher in watchers:
             assert _held_seqs(watcher.session_id) == recorded + later
+
+
+def _record(session_id: str, count: int, from_session: str | None = None) -> list[int]:
+    with database.connection_context(), write_transaction():
+        return [events.record(session_id, "turn_end",
+                              {"turnId": ids.message_id(), "status": "done", "excerpt": f"step {n}",
+                               "fromSession": from_session, "startedBy": "user"}).seq for n in range(count)]
+
+
+def test_watchers_alike_are_matched_together_and_each_leaves_out_its_own(tmp_path: Path) -> None:
+    """Watchers whose one subscription has the same filters are matched once for all
+    (docs/decisions.md#fan-out-matching-once-per-group-issue-14): each still leaves out its own
+    session's events and those from before it subscribed, gets its own prompt in a row of its
+    own, and a watcher with two subscriptions is matched as before."""
+    with own_relay(tmp_path, worker=False) as stack:  # no worker: nothing ingests but the test
+        relay = stack.relay
+        assert relay is not None and relay.runtime is not None
+        target = relay.conversation("Build")
+        plain = [relay.conversation(f"watcher {n}") for n in range(3)]
+        for watcher in plain:
+            watcher.ok("subscribe", sessions=["all"])
+        double = relay.conversation("two subscriptions")
+        double.ok("subscribe", sessions=["all"])
+        double.ok("subscribe", sessions=[target.session_id], events=["turn_end"])
+        own_session = plain[0].session_id
+        early = _record(target.session_id, 3) + _record(own_session, 2)
+        late = relay.conversation("late")
+        late.ok("subscribe", sessions=["all"])
+        own_prompt = _record(target.session_id, 1, from_session=plain[1].session_id)
+        rest = _record(target.session_id, 4)
+        with database.connection_context():
+            assert held.cursor() < early[0]  # nothing ingested yet: one batch holds them all
+            assert ingest.ingest(relay.runtime, utcnow()) == len(early) + 1 + len(rest)
+        everything = sorted(early + own_prompt + rest)
+        assert _held_seqs(own_session) == sorted(set(everything) - set(early[3:]))
+        assert _held_seqs(plain[1].session_id) == everything
+        assert _held_seqs(plain[2].session_id) == everything
+        assert _held_seqs(double.session_id) == everything
+        assert _held_seqs(late.session_id) == sorted(own_prompt + rest)
+        with database.connection_context():
+            [alone] = HeldEvent.select().where(
+                (HeldEvent.watcher == plain[1].session_id) & (HeldEvent.event_seq == own_prompt[0])
+            )
+            bundles = list(HeldEvent.select().where(
+                (HeldEvent.watcher == plain[2].session_id) & HeldEvent.event_seq.is_null(False)
+            ))
+        assert alone.count == 1 and alone.seqs is None and alone.turn_id is not None
+        assert len(bundles) == 1 and bundles[0].count == len(everything)

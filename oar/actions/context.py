@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from oar.core import settings
 from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
@@ -98,7 +99,8 @@ class CallContext:
     @property
     def settings(self) -> dict[str, Any]:
         if self._settings is None:
-            self._settings = self.runtime.settings()
+            # A caller found by its token came with the settings' version (`sessions.session_by_token`).
+            self._settings = self.runtime.settings(getattr(self.caller, "settings_version", settings.UNREAD))
         return self._settings
 
     @property

@@ -28,7 +28,7 @@ from oar.turns.turns import MESSAGE_COLUMNS, badge, clip_reply
 SCOPES = ("active", "recent", "all", "archived")
 
 
-def encode_cursor(session: Session) -> str:
+def encode_cursor(session: Any) -> str:
     raw = json.dumps([session.last_activity_at.isoformat(), session.id]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
@@ -53,11 +53,19 @@ _LISTED: dict[tuple[str, bool], Prepared] = {}
 
 
 def _sessions_query(scope: str, text: str | None, *, cursor: bool) -> Callable[..., Any]:
-    """list_sessions' query: `build([since,] [moment, moment, after_id,] limit)` (`since` for "recent")."""
+    """list_sessions' query: `build(keep_since, [since,] [moment, moment, after_id,] limit)`
+    (`since` for "recent"); each session comes with whether it is busy, has a background
+    task running and has tasks to show (`keep_since`, `task_views.shown_exists`), so that
+    the tasks are read only for the sessions that have some."""
 
-    def build(*values: Any) -> Any:
+    def build(keep_since: Any, *values: Any) -> Any:
         rest = list(values)
-        query = Session.select(*_LISTED_COLUMNS).where((Session.deleted == False) & Session.remote_relay.is_null())  # noqa: E712
+        query = Session.select(
+            *_LISTED_COLUMNS,
+            session_state.busy_exists().alias("busy_now"),
+            session_state.background_exists().alias("background_now"),
+            task_views.shown_exists(keep_since).alias("has_shown_tasks"),
+        ).where((Session.deleted == False) & Session.remote_relay.is_null())  # noqa: E712
         if scope == "archived":
             query = query.where(Session.archived == True)  # noqa: E712
         elif scope != "all":
@@ -73,7 +81,9 @@ def _sessions_query(scope: str, text: str | None, *, cursor: bool) -> Callable[.
             query = query.where(
                 (Session.last_activity_at < moment) | ((Session.last_activity_at == same_moment) & (Session.id < after_id))
             )
-        return query.order_by(Session.last_activity_at.desc(), Session.id.desc()).limit(rest[-1])
+        query = query.order_by(Session.last_activity_at.desc(), Session.id.desc()).limit(rest[-1])
+        # Prepared, rows come as named tuples (oar/core/prepared.py); built each time, as models.
+        return query if text else query.namedtuples()
 
     return build
 
@@ -103,7 +113,8 @@ def list_sessions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     text = args["query"].strip() if args.get("query") else None
     moment, after_id = decode_cursor(args["cursor"]) if args.get("cursor") else (None, None)
     values = (
-        *((since,) if scope == "recent" else ()), *((moment, moment, after_id) if moment is not None else ()), limit + 1
+        task_views.keep_since(ctx.runtime, ctx.now),
+        *((since,) if scope == "recent" else ()), *((moment, moment, after_id) if moment is not None else ()), limit + 1,
     )
     if text:  # `contains` rewrites its value, so this query is built each time
         rows = list(_sessions_query(scope, text, cursor=moment is not None)(*values))
@@ -117,10 +128,12 @@ def list_sessions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     rows = rows[:limit]
     result: dict[str, Any] = {
         "summary": f"list_sessions → {ctx.relay_name}: {len(rows)} sessions ({scope}){', more' if more else ''}",
-        "sessions": sessions.listed_many(rows),
+        "sessions": sessions.listed_many(
+            rows, busy={row.id for row in rows if row.busy_now}, background={row.id for row in rows if row.background_now}
+        ),
         "nextCursor": encode_cursor(rows[-1]) if more else None,
     }
-    shown = task_views.shown_for(ctx.runtime, [row.id for row in rows], ctx.now)
+    shown = task_views.shown_for(ctx.runtime, [row.id for row in rows if row.has_shown_tasks], ctx.now)
     for entry in result["sessions"]:
         entry["tasks"] = shown.get(entry["id"], [])
     return result
@@ -145,7 +158,14 @@ def list_sessions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
 )
 def read_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """A session's settings, its last messages and the reply being written."""
-    session = sessions.resolve(args["session"], ctx.relay_name)
+    since = task_views.keep_since(ctx.runtime, ctx.now)
+    found = _READ.first((args["session"] or "").strip(), since)
+    if found is not None:
+        session, busy = found, bool(found.busy_now)
+        has_tasks, has_questions = bool(found.has_shown_tasks), bool(found.has_pending_questions)
+    else:  # not a full id: a prefix, or nothing
+        session = sessions.resolve(args["session"], ctx.relay_name)
+        busy, has_tasks, has_questions = session_state.is_busy(session), True, True
     last = args.get("last", defaults.READ_SESSION_LAST_DEFAULT)
     budget = args.get("max_chars", defaults.READ_SESSION_MAX_CHARS_DEFAULT)
     include_activity = args.get("include_activity", False)
@@ -169,16 +189,18 @@ def read_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         budget -= len(text)
         messages.append(_message_entry(message, text, include_activity))
     messages.reverse()
-    shown_tasks = task_views.shown_for(ctx.runtime, [session.id], ctx.now).get(session.id, [])
+    shown_tasks = (
+        task_views.shown_for(ctx.runtime, [session.id], ctx.now).get(session.id, []) if has_tasks else []
+    )
     background = any(task["status"] == TaskStatus.RUNNING for task in shown_tasks)
-    state = session_state.state_of(session, session_state.is_busy(session), background)
+    state = session_state.state_of(session, busy, background)
     result: dict[str, Any] = {
         "summary": f"read_session → {ctx.relay_name} session {session.id[:8]}: {len(messages)} messages, {state}",
         "session": sessions.described(session, state),
         "messages": messages,
         "state": state,
         "inFlight": _in_flight(session),
-        "pendingQuestions": questions.pending_in_session(session.id),
+        "pendingQuestions": questions.pending_in_session(session.id) if has_questions else [],
         "group": groups.with_members(session),
         "tasks": shown_tasks,
     }
@@ -187,6 +209,20 @@ def read_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     if clipped:
         result["note"] = "Some text was left out to stay within max_chars; raise max_chars or read with before."
     return result
+
+
+# The session read_session shows, with whether it is busy, has tasks to show and pending
+# questions, in one query (the tasks and questions are read only when there are some).
+_READ = Prepared(
+    lambda session_id, keep_since: Session.select(
+        *Session._meta.sorted_fields,
+        session_state.busy_exists().alias("busy_now"),
+        task_views.shown_exists(keep_since).alias("has_shown_tasks"),
+        questions.pending_exists().alias("has_pending_questions"),
+    )
+    .where((Session.id == session_id) & (Session.deleted == False))  # noqa: E712
+    .limit(1)
+)
 
 
 # The columns a message entry shows (`_message_entry`, `badge`); `activities` only when asked
@@ -198,11 +234,13 @@ _SHOWN = (
 
 
 def _newest(*columns: Any, before: bool) -> Prepared:
+    """Rows as named tuples with the columns' names (read like messages, built faster)."""
+
     def build(session_id: Any, *rest: Any) -> Any:
         query = Message.select(*columns).where(Message.session == session_id)
         if before:
             query = query.where(Message.seq < rest[0])
-        return query.order_by(Message.seq.desc()).limit(rest[-1])
+        return query.order_by(Message.seq.desc()).limit(rest[-1]).namedtuples()
 
     return Prepared(build)
 
@@ -213,7 +251,7 @@ _OLDER = _newest(*_SHOWN, before=True)
 _OLDER_WITH_ACTIVITY = _newest(*_SHOWN, Message.activities, before=True)
 
 
-def _message_entry(message: Message, text: str, include_activity: bool) -> dict[str, Any]:
+def _message_entry(message: Any, text: str, include_activity: bool) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "id": message.id,
         "role": message.role,

@@ -58,6 +58,15 @@ _PENDING_IN_SESSION = Prepared(
 )
 
 
+def pending_exists() -> Any:
+    """Whether the session of the enclosing query (its `Session.id`) has pending questions,
+    as one SQL expression: read_session asks it in the query that reads the session, and
+    reads the questions only when there are some."""
+    return pw.fn.EXISTS(
+        Question.select(Question.id).where((Question.session == Session.id) & (Question.status == QuestionStatus.PENDING))
+    )
+
+
 def pending_of_turn(turn_id: str) -> list[dict[str, Any]]:
     rows = Question.select().where((Question.turn_id == turn_id) & (Question.status == QuestionStatus.PENDING))
     return [shape(row) for row in rows.order_by(Question.created_at)]

@@ -9,8 +9,10 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from peewee import fn
+
 from oar.background import output_files, task_output
-from oar.core.models import Task
+from oar.core.models import Session, Task
 from oar.core.prepared import Prepared
 from oar.core.runtime import Runtime
 from oar.core.statuses import TaskStatus
@@ -29,12 +31,28 @@ def is_readable(task: Task, runtime: Runtime, now: datetime) -> bool:
     return until is None or now < until
 
 
+def _shown(keep_since: Any) -> Any:
+    return (Task.status == TaskStatus.RUNNING) | (Task.ended_at >= keep_since)
+
+
 # Read by every list_sessions and read_session: its SQL built once (oar/core/prepared.py).
 _SHOWN = Prepared(
     lambda session_ids, keep_since: Task.select()
-    .where(Task.session.in_(session_ids) & ((Task.status == TaskStatus.RUNNING) | (Task.ended_at >= keep_since)))
+    .where(Task.session.in_(session_ids) & _shown(keep_since))
     .order_by(Task.started_at.desc())
 )
+
+
+def keep_since(runtime: Runtime, now: datetime) -> datetime:
+    """Tasks ended since then are still shown (their output is readable)."""
+    return now - timedelta(seconds=runtime.time("TASK_OUTPUT_KEEP_SECONDS"))
+
+
+def shown_exists(since: Any) -> Any:
+    """Whether the session of the enclosing query (its `Session.id`) has tasks `shown_for`
+    shows, given `keep_since`, as one SQL expression: read_session asks it in the query that
+    reads the session, and reads the tasks only when there are some."""
+    return fn.EXISTS(Task.select(Task.id).where((Task.session == Session.id) & _shown(since)))
 
 
 def shown_for(runtime: Runtime, session_ids: Iterable[str], now: datetime) -> dict[str, list[dict[str, Any]]]:
@@ -43,8 +61,7 @@ def shown_for(runtime: Runtime, session_ids: Iterable[str], now: datetime) -> di
     session_ids = list(session_ids)
     if not session_ids:
         return {}
-    keep_since = now - timedelta(seconds=runtime.time("TASK_OUTPUT_KEEP_SECONDS"))
-    rows = _SHOWN.rows(session_ids, keep_since)
+    rows = _SHOWN.rows(session_ids, keep_since(runtime, now))
     quiet_after = None
     shown: dict[str, list[dict[str, Any]]] = {}
     for task in rows:

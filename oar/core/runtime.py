@@ -61,8 +61,9 @@ class Runtime:
     def time(self, name: str) -> float:
         return self.config.time(name)
 
-    def settings(self) -> dict[str, Any]:
-        return self._settings.get()
+    def settings(self, stored_version: Any = settings.UNREAD) -> dict[str, Any]:
+        """The owner settings (`stored_version`: see `settings.Cached.get`)."""
+        return self._settings.get(stored_version)
 
     def relay_name(self) -> str:
         return self.settings()["relay_name"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from oar.core import defaults, ids
+from oar.core import defaults, ids, settings
 from oar.core.errors import not_found
 from oar.core.models import AgentToken, Session
 from oar.core.prepared import Prepared
@@ -14,9 +14,10 @@ from oar.sessions.state import background_session_ids, busy_session_ids, state_o
 
 MODES = ("agent", "ask", "plan")
 
-# Every relay_tool call starts here: one indexed look-up, its SQL built once (oar/core/prepared.py).
+# Every relay_tool call starts here: one indexed look-up, its SQL built once (oar/core/prepared.py);
+# the session comes with the owner settings' version (`settings_version`, read by `CallContext`).
 _BY_TOKEN = Prepared(
-    lambda token_hash: Session.select()
+    lambda token_hash: Session.select(*Session._meta.sorted_fields, settings.version_column())
     .join(AgentToken)
     .where((AgentToken.token_hash == token_hash) & (Session.deleted == False))  # noqa: E712
     .limit(1)
@@ -121,10 +122,15 @@ def title_from(text: str) -> str:
     return first if len(first) <= 60 else first[:59] + "…"
 
 
-def listed_many(rows: list[Session]) -> list[dict[str, Any]]:
-    """Sessions as `list_sessions` shows them."""
-    busy = busy_session_ids(row.id for row in rows)
-    background = background_session_ids(row.id for row in rows)
+def listed_many(
+    rows: list[Session], busy: set[str] | None = None, background: set[str] | None = None
+) -> list[dict[str, Any]]:
+    """Sessions as `list_sessions` shows them. `busy` and `background`: which of them are,
+    when the caller read it with the rows (`state.busy_exists`, `state.background_exists`)."""
+    if busy is None:
+        busy = busy_session_ids(row.id for row in rows)
+    if background is None:
+        background = background_session_ids(row.id for row in rows)
     group_fields = groups.fields_for(rows)
     return [listed(row, row.id in busy, group_fields.get(row.id), row.id in background) for row in rows]
 

@@ -3,10 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
+
+from peewee import fn
 
 from oar.core.models import Message, Session, Task
 from oar.core.prepared import Prepared, scalars
 from oar.core.statuses import OPEN_TURN, SessionState, TaskStatus
+
+
+def busy_exists() -> Any:
+    """Whether the session of the enclosing query (its `Session.id`) is busy, as one SQL
+    expression: read_session asks it in the query that reads the session."""
+    return fn.EXISTS(Message.select(Message.id).where((Message.session == Session.id) & Message.status.in_(OPEN_TURN)))
+
+
+def background_exists() -> Any:
+    """Whether the session of the enclosing query (its `Session.id`) has a background task
+    running, as one SQL expression: list_sessions asks it in the query that lists the sessions."""
+    return fn.EXISTS(Task.select(Task.id).where((Task.session == Session.id) & (Task.status == TaskStatus.RUNNING)))
+
 
 # Asked on every list_sessions and read_session: their SQL built once (oar/core/prepared.py).
 _BUSY = Prepared(

@@ -121,6 +121,8 @@ def start_turns(runtime: Runtime, session_id: str) -> None:
 
 def badge(message: Message) -> dict[str, Any] | None:
     """The provenance shown with a prompt: `↗ from <relay> · <session> · <model>`."""
+    if message.role == "assistant" or message.from_kind == "user":
+        return None  # most messages (read_session shows ten a call): without building the provenance
     came_from = Provenance.of(message)
     if came_from.kind == "user" or message.role == "assistant":
         return None

@@ -9,17 +9,16 @@ compares `now` with the stored due time. The clock's sweeper delivers whatever i
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import redis
-from peewee import fn
+from peewee import DoesNotExist, fn
 
-from oar.core import keys
+from oar.core import keys, lease_lock
 from oar.core.db import released_connection, write_transaction
 from oar.core.models import HeldEvent, Session, Subscription, Wakeup
+from oar.core.prepared import Prepared
 from oar.core.runtime import Runtime
 from oar.turns import automated, turns
 from oar.watching import delivery, due_jobs, held, outbox, subscription_rules
@@ -55,31 +54,26 @@ def deliver_overdue(runtime: Runtime, now_reader: Any, lag_seconds: float = 0) -
     """
     if not runtime.settings()["agent_sessions_enabled"]:
         return 0
-    lock = keys.delivery_lock(runtime.config.namespace)
-    lease = max(1, int(runtime.time("DELIVERY_LOCK_SECONDS")))
     delivered = 0
     while True:
-        token = secrets.token_hex(8)
-        try:
-            if not runtime.redis.set(lock, token, nx=True, ex=lease):
-                return delivered
-        except redis.RedisError:
-            token = ""
+        lease = lease_lock.take(runtime.redis, keys.delivery_lock(runtime.config.namespace), runtime.time("DELIVERY_LOCK_SECONDS"))
+        if lease is None:
+            return delivered
+        unlocked = not lease.held
         made_in_round = 0
         try:
-            while made := _deliver_pass(runtime, now_reader(), lag_seconds, lock if token else "", token, lease):
+            while made := _deliver_pass(runtime, now_reader(), lag_seconds, lease):
                 made_in_round += made
         finally:
-            if token:
-                _release(runtime, lock, token)
+            lease.release()
         delivered += made_in_round
         # A caller that found the lock taken just now left its watchers to this one (a round
         # that delivered nothing stops: what is left keeps failing, and the sweeper retries it).
-        if not token or not made_in_round or not _overdue_watchers(now_reader() - timedelta(seconds=lag_seconds)):
+        if unlocked or not made_in_round or not _overdue_watchers(now_reader() - timedelta(seconds=lag_seconds)):
             return delivered
 
 
-def _deliver_pass(runtime: Runtime, now: datetime, lag_seconds: float, lock: str, token: str, lease: int) -> int:
+def _deliver_pass(runtime: Runtime, now: datetime, lag_seconds: float, lease: lease_lock.Lease) -> int:
     made = 0
     lines = held.Lines()  # the watchers of a wide fan-out carry the same bundled lines
     for watcher_id in _overdue_watchers(now - timedelta(seconds=lag_seconds)):
@@ -88,8 +82,7 @@ def _deliver_pass(runtime: Runtime, now: datetime, lag_seconds: float, lock: str
                 made += 1
         except Exception:  # one broken watcher must not stop the others
             log.exception("delivery to %s failed; trying again at the next sweep", watcher_id)
-        if lock:
-            _renew(runtime, lock, token, lease)
+        lease.renew()
     return made
 
 
@@ -103,22 +96,6 @@ def _overdue_watchers(due_by: datetime) -> list[str]:
         .group_by(HeldEvent.watcher)
         .order_by(first)
     ]
-
-
-def _renew(runtime: Runtime, lock: str, token: str, lease: int) -> None:
-    try:
-        if runtime.redis.get(lock) == token.encode():
-            runtime.redis.expire(lock, lease)
-    except redis.RedisError:
-        pass
-
-
-def _release(runtime: Runtime, lock: str, token: str) -> None:
-    try:
-        if runtime.redis.get(lock) == token.encode():
-            runtime.redis.delete(lock)
-    except redis.RedisError:
-        pass
 
 
 def run_job(runtime: Runtime, watcher_id: str, now_reader: Any) -> str:
@@ -137,22 +114,28 @@ def run_job(runtime: Runtime, watcher_id: str, now_reader: Any) -> str:
     return deliver(runtime, watcher_id, now_reader())
 
 
+# A delivery pass makes these for each of hundreds of watchers whose windows closed together:
+# their SQL is built once (oar/core/prepared.py).
+_WATCHER = Prepared(lambda watcher_id: Session.select().where(Session.id == watcher_id).limit(1))
+_UNDELIVERED = Prepared(
+    lambda watcher_id: HeldEvent.select(
+        HeldEvent.id, HeldEvent.due_at, HeldEvent.reason, HeldEvent.urgent, HeldEvent.subscription_id, HeldEvent.line,
+        HeldEvent.count, HeldEvent.seqs, HeldEvent.event_seq, HeldEvent.position, HeldEvent.kind,
+    ).where(held.undelivered(watcher_id)).namedtuples()
+)
+_SUBSCRIPTIONS = Prepared(lambda ids: Subscription.select().where(Subscription.id.in_(ids)))
+
+
 def deliver(runtime: Runtime, watcher_id: str, now: datetime, lines: held.Lines | None = None) -> str:
     """Deliver the watcher's due events as one message: `delivered`, `nothing`, `paused`,
     `dropped` or `lost` (another worker delivered them first)."""
     if not runtime.settings()["agent_sessions_enabled"]:
         return "paused"  # subscriptions deliver nothing while agent sessions are off (docs/rules.md#agent-sessions-on-or-off)
-    watcher = Session.get_or_none(Session.id == watcher_id)
+    watcher = _WATCHER.first(watcher_id)
     if watcher is None or watcher.archived or watcher.deleted:
         HeldEvent.update(dropped=True).where((HeldEvent.watcher == watcher_id) & HeldEvent.delivered_at.is_null()).execute()
         return "dropped"
-    rows = {
-        row.id: row
-        for row in HeldEvent.select(
-            HeldEvent.id, HeldEvent.due_at, HeldEvent.reason, HeldEvent.urgent, HeldEvent.subscription_id, HeldEvent.line,
-            HeldEvent.count, HeldEvent.seqs, HeldEvent.event_seq, HeldEvent.position, HeldEvent.kind,
-        ).where(held.undelivered(watcher_id)).namedtuples()
-    }
+    rows = {row.id: row for row in _UNDELIVERED.rows(watcher_id)}
     chosen = [rows[h.key] for h in delivery.batch([delivery.Held(r.id, r.due_at, r.reason, r.urgent) for r in rows.values()], now)]
     if not chosen:
         due_jobs.schedule_next(runtime, watcher_id)
@@ -167,7 +150,9 @@ def deliver(runtime: Runtime, watcher_id: str, now: datetime, lines: held.Lines 
     remote = watcher.remote_relay is not None
     try:
         with write_transaction():
-            watcher = Session.get_by_id(watcher_id)
+            watcher = _WATCHER.first(watcher_id)
+            if watcher is None:
+                raise DoesNotExist(f"session {watcher_id} is gone")
             if remote:
                 message_id = outbox.put(runtime, watcher_id, text, _kinds(chosen), now)
             else:
@@ -201,15 +186,43 @@ def _kinds(rows: list[Any]) -> dict[str, int]:
 
 def _message_text(rows: list[Any], lines: held.Lines) -> str:
     reasons = {row.reason for row in rows}
-    subs = {s.id: s for s in Subscription.select().where(Subscription.id.in_({r.subscription_id for r in rows}))}
+    subs = {s.id: s for s in _SUBSCRIPTIONS.rows(list({r.subscription_id for r in rows}))}
     digest_subs = [subscription_rules.rules_of(s) for s in subs.values() if s.digest_minutes]
     quiet = next((subscription_rules.quiet_of(s) for s in subs.values() if s.quiet_hours), None)
     text = [automated.EVENT_HEADER]
     heading = delivery.digest_line(sum(row.count for row in rows), reasons, digest_subs, quiet)
     if heading:
         text.append(heading)
-    text.extend(line for _key, line in sorted(_ordered_lines(rows, lines), key=lambda item: item[0]))
+    in_order = _bundles_in_order(rows, lines)
+    if in_order is not None:
+        text.extend(in_order)
+    else:
+        text.extend(line for _key, line in sorted(_ordered_lines(rows, lines), key=lambda item: item[0]))
     return "\n".join(text)
+
+
+def _bundles_in_order(rows: list[Any], lines: held.Lines) -> list[str] | None:
+    """The lines `_ordered_lines` would give, without placing each line: for rows of events
+    only (a wide fan-out's bundles, one per ingested batch), each in order and none
+    overlapping another, the rows in the order of their first events. None otherwise.
+    A watcher of a busy relay gets thousands of lines in each of a window's rows, the same
+    rows (and lines, `held.Lines`) as every other watcher of everything."""
+    spans: list[tuple[int, int, list[str]]] = []
+    for row in rows:
+        if row.seqs:
+            span = lines.span(row.seqs)
+            if span is None:
+                return None
+            if span[2]:
+                spans.append(span)
+        elif row.event_seq is not None:
+            spans.append((row.event_seq, row.event_seq, [row.line]))
+        else:
+            return None  # an engine line (all_idle, a heartbeat): placed among the events
+    spans.sort(key=lambda span: span[0])
+    if any(later[0] <= earlier[1] for earlier, later in zip(spans, spans[1:], strict=False)):
+        return None
+    return [line for _first, _last, found in spans for line in found]
 
 
 def _ordered_lines(rows: list[Any], lines: held.Lines) -> list[tuple[tuple[int, int, int], str]]:

@@ -74,9 +74,15 @@ class Lines:
     def __init__(self) -> None:
         self.known: dict[tuple[int, str], str] = {}
         self.read: set[tuple[int, int, str]] = set()
+        self.done: dict[tuple[tuple[Any, ...], ...], list[tuple[int, str]]] = {}
+        self.spans: dict[tuple[tuple[Any, ...], ...], tuple[int, int, list[str]] | None] = {}
 
     def of(self, runs: list[list[Any]]) -> list[tuple[int, str]]:
-        """(seq, line) of every event in `runs` ([first, last, kind] each), in order."""
+        """(seq, line) of every event in `runs` ([first, last, kind] each), in order; the same
+        list again for the same runs (the watchers of a wide fan-out carry the same)."""
+        key = tuple(tuple(run) for run in runs)
+        if (done := self.done.get(key)) is not None:
+            return done
         found: list[tuple[int, str]] = []
         for first, last, kind in runs:
             if (first, last, kind) not in self.read:
@@ -86,7 +92,18 @@ class Lines:
                 self.known.update(((int(seq), kind), str(line)) for seq, line in rows)
                 self.read.add((first, last, kind))
             found.extend((seq, self.known[(seq, kind)]) for seq in range(first, last + 1) if (seq, kind) in self.known)
+        self.done[key] = found
         return found
+
+    def span(self, runs: list[list[Any]]) -> tuple[int, int, list[str]] | None:
+        """`of(runs)` as (first seq, last seq, lines) when its numbers only rise, else None."""
+        key = tuple(tuple(run) for run in runs)
+        if key not in self.spans:
+            found = self.of(runs)
+            rising = all(a[0] < b[0] for a, b in zip(found, found[1:], strict=False))
+            self.spans[key] = (found[0][0], found[-1][0], [line for _seq, line in found]) if found and rising else (
+                (0, 0, []) if not found else None)
+        return self.spans[key]
 
 
 def claim(row_ids: list[int], now: datetime, message_id: str) -> int:

@@ -186,9 +186,9 @@ class Bundles:
                 self.holding.add(watcher_id, due, reason, subscription_id=subscription_id, kind=kind, line=line,
                                  event_seq=event.seq, turn_id=turn_id)
                 continue
-            kinds = {kind for _, kind, _ in part.events}
+            kinds = part.kinds()
             self.holding.add(watcher_id, due, reason, subscription_id=subscription_id,
-                             kind=kinds.pop() if len(kinds) == 1 else "events", line=None,
+                             kind=next(iter(kinds)) if len(kinds) == 1 else "events", line=None,
                              event_seq=part.events[0][0].seq, count=len(part.events), seqs=part.runs)
         held.insert_lines([(seq, kind, line) for (seq, kind), line in lines.items()])
         self.parts = {}

@@ -11,16 +11,12 @@ at a time runs `ingest_pending` (a lock in Redis), and the claim keeps it right 
 
 from __future__ import annotations
 
-import hmac
-import secrets
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import redis
-
-from oar.core import defaults, keys
+from oar.core import defaults, keys, lease_lock
 from oar.core.db import is_sqlite, released_connection, write_transaction
 from oar.core.models import Event, Setting, Subscription
 from oar.core.runtime import Runtime
@@ -151,57 +147,30 @@ def ingest_pending(runtime: Runtime, now_reader: Any, budget_seconds: float | No
     between batches it gives the write lock up for INGEST_PAUSE_SECONDS.
     """
     started = time.monotonic()
-    lock = keys.ingest_lock(runtime.config.namespace)
-    lease = max(1, int(runtime.time("DELIVERY_LOCK_SECONDS")))
     total = 0
     while True:
         made_in_round = 0
-        token = secrets.token_hex(8)
-        try:
-            if not runtime.redis.set(lock, token, nx=True, ex=lease):
-                return total
-        except redis.RedisError:
-            token = ""
+        lease = lease_lock.take(runtime.redis, keys.ingest_lock(runtime.config.namespace), runtime.time("DELIVERY_LOCK_SECONDS"))
+        if lease is None:
+            return total
+        unlocked = not lease.held
         try:
             while (count := ingest(runtime, now_reader())) > 0:
                 total += count
                 made_in_round += count
                 if budget_seconds is not None and time.monotonic() - started >= budget_seconds:
                     return total
-                if token:
-                    _renew(runtime, lock, token, lease)
+                lease.renew()
                 if is_sqlite():
                     with released_connection():
                         time.sleep(runtime.time("INGEST_PAUSE_SECONDS"))
         finally:
-            if token:
-                _release(runtime, lock, token)
+            lease.release()
         # A caller that found the lock taken just now left its events to this one (a round
         # that ingested nothing stops: what is left waits behind a gap, for the sweeper).
-        if not token or not made_in_round or not _pending():
+        if unlocked or not made_in_round or not _pending():
             return total
 
 
 def _pending() -> bool:
     return Event.select().where(Event.seq > held.cursor()).exists()
-
-
-def _holds(runtime: Runtime, lock: str, token: str) -> bool:
-    value = runtime.redis.get(lock)
-    return isinstance(value, bytes) and hmac.compare_digest(value, token.encode())
-
-
-def _renew(runtime: Runtime, lock: str, token: str, lease: int) -> None:
-    try:
-        if _holds(runtime, lock, token):
-            runtime.redis.expire(lock, lease)
-    except redis.RedisError:
-        pass
-
-
-def _release(runtime: Runtime, lock: str, token: str) -> None:
-    try:
-        if _holds(runtime, lock, token):
-            runtime.redis.delete(lock)
-    except redis.RedisError:
-        pass
