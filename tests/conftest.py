@@ -13,9 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Browser
 
 from oar.core.db import database, open_database
-from tests.support import logcheck
+from tests.support import browser, logcheck
 from tests.support.bad_input.world import World, build_world
 from tests.support.clients import Agent
 from tests.support.relays import (
@@ -127,3 +128,12 @@ def logged(stack: RelayStack) -> Iterator[logcheck.Logged]:
     with logcheck.watching(stack.logs) as logs:
         yield logs
         logs.assert_no_traceback()
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Browser]:
+    """Headless Chromium for a module's page tests (skipped where the machine has none)."""
+    if not Path(browser.CHROMIUM).exists():
+        pytest.skip("no Chromium on this machine")
+    with browser.launched() as launched:
+        yield launched

@@ -5,20 +5,15 @@ Waits are on page conditions, never sleeps."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, expect
 
+from tests.support.browser import signed_in_tab
 from tests.support.clients import Agent, poll
 from tests.support.relays import Relay
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no Chromium on this machine")
 
 # Records every Notification the page creates (the real constructor still runs).
 RECORD_NOTIFICATIONS = """
@@ -36,30 +31,16 @@ RECORD_NOTIFICATIONS = """
 """
 
 
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield launched
-        launched.close()
-
-
 @pytest.fixture
 def tab(chromium: Browser, relay: Relay) -> Iterator[Page]:
     """A signed-in tab whose browser allows notifications from the relay's page."""
-    context = chromium.new_context(base_url=relay.url)
-    context.grant_permissions(["notifications"], origin=relay.url)
-    context.add_init_script(RECORD_NOTIFICATIONS)
-    context.set_default_timeout(20_000)
-    expect.set_options(timeout=20_000)
-    opened = context.new_page()
-    opened.on("dialog", lambda dialog: dialog.accept())
-    opened.goto("/")
-    opened.get_by_label("Owner token").fill(relay.config.owner_token or "")
-    opened.get_by_role("button", name="Sign in").click()
-    expect(opened.get_by_role("button", name="Sign out")).to_be_visible()
-    yield opened
-    context.close()
+
+    def allow_notifications(context: BrowserContext) -> None:
+        context.grant_permissions(["notifications"], origin=relay.url)
+        context.add_init_script(RECORD_NOTIFICATIONS)
+
+    with signed_in_tab(chromium, relay, prepare=allow_notifications, on_dialog=lambda dialog: dialog.accept()) as opened:
+        yield opened
 
 
 def shown(tab: Page) -> list[dict[str, Any]]:

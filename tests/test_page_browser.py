@@ -12,53 +12,26 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
+from tests.support.browser import signed_in_tab
 from tests.support.clients import Agent
 from tests.support.processes import PROJECT
 from tests.support.relays import Relay
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SCREENSHOTS = PROJECT / "docs" / "screenshots"
 XSS = "<img src=x onerror=alert(1)>"
-
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no Chromium on this machine")
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield launched
-        launched.close()
 
 
 @pytest.fixture
 def tab(chromium: Browser, relay: Relay) -> Iterator[Page]:
     """A fresh browser context (no cookies), one tab, signed in as the owner; dialogs recorded."""
-    context = chromium.new_context(viewport={"width": 420, "height": 860}, base_url=relay.url)
-    context.set_default_timeout(20_000)
-    expect.set_options(timeout=20_000)  # two shared cores: a turn may take a few seconds
-    opened = context.new_page()
-    opened.dialogs = []  # type: ignore[attr-defined]
-
-    def record(dialog: Any) -> None:
-        opened.dialogs.append(dialog.message)  # type: ignore[attr-defined]
-        dialog.dismiss()
-
-    opened.on("dialog", record)
-    opened.goto("/")
-    opened.get_by_label("Owner token").fill(relay.config.owner_token or "")
-    opened.get_by_role("button", name="Sign in").click()
-    expect(opened.get_by_role("button", name="Sign out")).to_be_visible()
-    yield opened
-    context.close()
+    with signed_in_tab(chromium, relay, viewport={"width": 420, "height": 860}) as opened:
+        yield opened
 
 
 def write(relay: Relay, session_id: str, text: str) -> None:

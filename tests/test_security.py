@@ -22,21 +22,20 @@ from __future__ import annotations
 import ast
 import json
 import re
-import shutil
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 from flask import Flask
+from playwright.sync_api import Browser, expect
 
 from oar.core.db import database
 from oar.core.errors import STATUS_BY_CODE
 from oar.core.models import Task
 from oar.core.timeutil import utcnow
 from oar.web.described import ANYONE, OWNER, PEER, SESSION, operation_of
+from tests.support.browser import signed_in_tab
 from tests.support.clients import Agent, poll
 from tests.support.processes import PROJECT
 from tests.support.relays import Relay, RelayStack
@@ -242,7 +241,6 @@ def test_every_form_the_page_renders_carries_the_csrf_token(relay: Relay, desk: 
 
 # Agent text in Chromium -----------------------------------------------------------------------
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 PAYLOADS = [
     "<script>window.__pwned=1;alert(1)</script>",
     '<img src=x onerror="window.__pwned=1;alert(2)">',
@@ -290,34 +288,11 @@ def agent_text_everywhere(relay: Relay, desk: Agent) -> list[str]:
     return sessions
 
 
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip("no Chromium on this machine")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield launched
-        launched.close()
-
-
-def test_agent_text_renders_as_text_in_chromium_and_runs_nothing(relay: Relay, desk: Agent, chromium: Any) -> None:
-    from playwright.sync_api import expect
-
+def test_agent_text_renders_as_text_in_chromium_and_runs_nothing(relay: Relay, desk: Agent, chromium: Browser) -> None:
     sessions = agent_text_everywhere(relay, desk)
-    context = chromium.new_context(base_url=relay.url)
-    context.set_default_timeout(20_000)
-    tab = context.new_page()
-    dialogs: list[str] = []
-    tab.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
-    tab.goto("/")
-    tab.get_by_label("Owner token").fill(relay.owner.token)
-    tab.get_by_role("button", name="Sign in").click()
-    expect(tab.get_by_role("button", name="Sign out")).to_be_visible()
     pages = ["/", "/?show=archived", "/inbox", "/settings", *(f"/sessions/{session}" for session in sessions)]
     shown = 0
-    try:
+    with signed_in_tab(chromium, relay) as tab:
         for path in pages:
             tab.goto(path)
             tab.wait_for_load_state("networkidle")
@@ -331,9 +306,7 @@ def test_agent_text_renders_as_text_in_chromium_and_runs_nothing(relay: Relay, d
         expect(tab.locator(".messages .msg.reply").last).to_contain_text(f"live {PAYLOADS[0]}", timeout=30_000)
         assert tab.evaluate("() => window.__pwned") is None
         assert tab.locator("main").locator(INJECTED).count() == 0
-    finally:
-        context.close()
-    assert dialogs == []
+        assert tab.dialogs == []  # type: ignore[attr-defined]
     # The payloads were on the pages, as text, many times over.
     assert shown > 30, shown
 

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -21,16 +19,14 @@ import mcp.types as types
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
+from tests.support.browser import signed_in_tab
 from tests.support.processes import PROJECT
 from tests.support.relays import Relay
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 XSS = "<img src=x onerror=alert(1)>"
 RUN_ID = "2026-05-02-001-page"
-
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no Chromium on this machine")
 
 Call = Callable[..., Awaitable[dict[str, Any]]]
 
@@ -75,28 +71,10 @@ def as_agents(relay: Relay, token: str, steps: Callable[[Call], Awaitable[Any]])
     return answer["value"]
 
 
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield launched
-        launched.close()
-
-
 @pytest.fixture
 def tab(chromium: Browser, relay: Relay) -> Iterator[Page]:
-    context = chromium.new_context(viewport={"width": 900, "height": 1000}, base_url=relay.url)
-    context.set_default_timeout(20_000)
-    expect.set_options(timeout=20_000)
-    opened = context.new_page()
-    opened.dialogs = []  # type: ignore[attr-defined]
-    opened.on("dialog", lambda dialog: (opened.dialogs.append(dialog.message), dialog.dismiss()))  # type: ignore[attr-defined]
-    opened.goto("/")
-    opened.get_by_label("Owner token").fill(relay.config.owner_token or "")
-    opened.get_by_role("button", name="Sign in").click()
-    expect(opened.get_by_role("button", name="Sign out")).to_be_visible()
-    yield opened
-    context.close()
+    with signed_in_tab(chromium, relay, viewport={"width": 900, "height": 1000}) as opened:
+        yield opened
 
 
 def test_the_run_view_shows_the_board_and_a_thought_broadcast_while_it_is_open(relay: Relay, tab: Page) -> None:
