@@ -129,6 +129,7 @@ def create_app(config: Config | None = None) -> Flask:
         owner,
         owner_relays,
         page,
+        page_live,  # noqa: F401  (its routes are on the page's blueprint, registered with it)
         page_notify,  # noqa: F401  (its routes are on the page's blueprint, registered with it)
         page_openclaw,  # noqa: F401  (its routes are on the page's blueprint, registered with it)
         page_relays,  # noqa: F401  (its routes are on the page's blueprint, registered with it)

@@ -29,11 +29,8 @@ from werkzeug.exceptions import HTTPException
 from oar.core.errors import ActionError, invalid
 from oar.core.fields import unstorable_text
 from oar.core.models import Provider as ProviderRow
-from oar.core.timeutil import iso, utcnow
-from oar.openclaw import policy_store
 from oar.owner import conversations, inbox, providers, relays, schedules, settings, signins, subscriptions
 from oar.sessions import sessions
-from oar.sessions import state as session_state
 from oar.web import page_auth, page_filters, page_views, runtime
 from oar.web.auth import is_owner_token
 
@@ -259,20 +256,6 @@ def may_create(session_id: str) -> ResponseReturnValue:
     return done(f"Agents in this conversation {state}.", here)
 
 
-@blueprint.post("/sessions/<session_id>/send-policy")
-def send_policy(session_id: str) -> ResponseReturnValue:
-    """The session's own send policy for OpenClaw's sessions_send (docs/openclaw.md#send-policy)."""
-    here = url_for("page.session_page", session_id=session_id)
-    choice = form_text("send_policy").strip().lower()
-    try:
-        if choice not in policy_store.CHOICES:
-            raise invalid(f"Send policy must be one of {', '.join(policy_store.CHOICES)}. Nothing was changed.")
-        policy_store.set_policy(session_id, choice, runtime().relay_name())
-    except ActionError as error:
-        return refused(error, here)
-    return done(f"sessions_send to this session: {choice}.", here)
-
-
 @blueprint.post("/sessions/<session_id>/approvals")
 def approvals(session_id: str) -> ResponseReturnValue:
     """The Allows remembered for this conversation's agent, granted ahead or revoked (docs/rules.md#when-a-card-is-asked)."""
@@ -458,33 +441,6 @@ def delete_provider(name: str) -> ResponseReturnValue:
     except ActionError as error:
         return refused(error, here)
     return done(f'Provider "{name}" deleted.', here)
-
-
-# Live updates (polled by page.js) ---------------------------------------------------------------
-
-
-@blueprint.get("/live/sessions/<session_id>")
-def live_session(session_id: str) -> ResponseReturnValue:
-    session = sessions.resolve(session_id, runtime().relay_name())
-    state = session_state.state_of(session, session_state.is_busy(session))
-    return jsonify({
-        "ok": True,
-        "state": state,
-        "inFlight": page_views.in_flight(session),
-        "regions": page_views.session_versions(session, state),
-        "at": iso(utcnow()),
-    })
-
-
-@blueprint.get("/live/overview")
-def live_overview() -> ResponseReturnValue:
-    data = page_views.overview(request.args.get("show") == "archived")
-    return jsonify({"ok": True, "regions": data["versions"]})
-
-
-@blueprint.get("/live/inbox")
-def live_inbox() -> ResponseReturnValue:
-    return jsonify({"ok": True, "regions": page_views.inbox()["versions"]})
 
 
 # Errors -----------------------------------------------------------------------------------------

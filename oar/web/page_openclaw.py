@@ -13,6 +13,7 @@ from flask.typing import ResponseReturnValue
 
 from oar.core import defaults
 from oar.core.errors import ActionError, invalid
+from oar.openclaw import policy_store
 from oar.owner import settings
 from oar.web import runtime
 from oar.web.page import blueprint, comma_list, done, form_text, refused, whole_number
@@ -60,3 +61,17 @@ def save_openclaw_settings() -> ResponseReturnValue:
     except ActionError as error:
         return refused(error, here())
     return done("OpenClaw's tool settings saved.", here())
+
+
+@blueprint.post("/sessions/<session_id>/send-policy")
+def send_policy(session_id: str) -> ResponseReturnValue:
+    """The session's own send policy for OpenClaw's sessions_send (docs/openclaw.md#send-policy)."""
+    here = url_for("page.session_page", session_id=session_id)
+    choice = form_text("send_policy").strip().lower()
+    try:
+        if choice not in policy_store.CHOICES:
+            raise invalid(f"Send policy must be one of {', '.join(policy_store.CHOICES)}. Nothing was changed.")
+        policy_store.set_policy(session_id, choice, runtime().relay_name())
+    except ActionError as error:
+        return refused(error, here)
+    return done(f"sessions_send to this session: {choice}.", here)
