@@ -74,6 +74,7 @@ MAX_REPLY_CHARS = 8_000
 # Text of a running reply shown in `progress`.
 PROGRESS_TEXT_CHARS = 600
 PROGRESS_ACTIVITIES = 5
+TURN_ACTIVITIES_KEPT = 20  # a turn's last activity lines (tool calls) kept on its prompt, for its progress and announces
 
 # Lists.
 LIST_SESSIONS_DEFAULT = 20

@@ -26,7 +26,7 @@ from oar.actions.dispatch import dispatch
 from oar.actions.schema import relay_tool, system_prompt
 from oar.approvals import cards, questions
 from oar.background import output_files, tasks
-from oar.core import events, ids, jobs, keys
+from oar.core import defaults, events, ids, jobs, keys
 from oar.core.db import database, is_busy, lock_rows, release_connection, without_lock_wait, write_transaction
 from oar.core.models import Message, Question, Session
 from oar.core.runtime import Runtime
@@ -279,16 +279,17 @@ def execute(runtime: Runtime, turn: Message) -> None:
     finally:
         stopped, timed_out = watcher.finish()
     end_leftover_tasks(runtime, list(reported_tasks.values()))
-    text = stream.text
+    text, activities = stream.text, stream.recent_activities()
     if timed_out:
         limit = runtime.settings()["max_turn_seconds"]
-        finish(runtime, turn, TurnStatus.FAILED, text, f"The turn ran longer than the relay's limit of {limit} s and was ended.")
+        finish(runtime, turn, TurnStatus.FAILED, text, f"The turn ran longer than the relay's limit of {limit} s and was ended.",
+               activities)
     elif stopped:
-        finish(runtime, turn, TurnStatus.STOPPED, text, None)
+        finish(runtime, turn, TurnStatus.STOPPED, text, None, activities)
     elif failure is not None:
-        finish(runtime, turn, TurnStatus.FAILED, text, failure)
+        finish(runtime, turn, TurnStatus.FAILED, text, failure, activities)
     else:
-        finish(runtime, turn, TurnStatus.DONE, text, None)
+        finish(runtime, turn, TurnStatus.DONE, text, None, activities)
     watcher.join(timeout=WATCHER_EXIT_SECONDS)
 
 
@@ -320,6 +321,10 @@ class PartialWriter:
         self.activities.append(line)
         self._maybe_write(force=True)
 
+    def recent_activities(self) -> list[str] | None:
+        """The activity lines a turn keeps (None when it had none), as `finish` writes them."""
+        return self.activities[-defaults.TURN_ACTIVITIES_KEPT:] or None
+
     def _maybe_write(self, force: bool = False) -> None:
         now = self.clock()
         if not (force or self.last_write is None or now - self.last_write >= self.interval):
@@ -328,7 +333,7 @@ class PartialWriter:
         # again, and the thread goes back to reading its stream.
         try:
             with without_lock_wait():
-                Message.update(partial_text=self.text, activities=self.activities[-20:]).where(
+                Message.update(partial_text=self.text, activities=self.activities[-defaults.TURN_ACTIVITIES_KEPT:]).where(
                     Message.id == self.turn_id
                 ).execute()
         except peewee.OperationalError as error:
@@ -340,8 +345,14 @@ class PartialWriter:
         self.last_write = now
 
 
-def finish(runtime: Runtime, turn: Message, status: TurnStatus, text: str, error: str | None) -> bool:
-    """Record a turn's outcome; False when the turn had already been settled elsewhere."""
+def finish(
+    runtime: Runtime, turn: Message, status: TurnStatus, text: str, error: str | None,
+    activities: list[str] | None = None,
+) -> bool:
+    """Record a turn's outcome; False when the turn had already been settled elsewhere.
+
+    `activities`: the turn's last activity lines, written with the outcome because the stream
+    skips a write while another writer holds the lock (the last tool line would be lost)."""
     now = utcnow()
     keep_reply = status == TurnStatus.DONE or (status == TurnStatus.STOPPED and text)
     reply_id = ids.message_id() if keep_reply else None
@@ -349,7 +360,8 @@ def finish(runtime: Runtime, turn: Message, status: TurnStatus, text: str, error
         lock_rows(Session.select(Session.id).where(Session.id == turn.session_id))
         settled = (
             Message.update(
-                status=status, error=error, partial_text=text, reply_id=reply_id, completed_at=now
+                status=status, error=error, partial_text=text, reply_id=reply_id, completed_at=now,
+                **({"activities": activities} if activities else {}),
             )
             .where((Message.id == turn.id) & Message.status.in_(LIVE_TURN))
             .execute()
