@@ -6,6 +6,7 @@ asks the owner's approval card (remembered), and `transfer_subscriptions` always
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from oar.actions.context import CallContext
@@ -77,8 +78,6 @@ def subscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         raise invalid(f"heartbeat needs heartbeat_minutes (5 to 1,440): how often it comes. {SUBSCRIBED_NOTHING}")
     match = args.get("match")
     if match and len(match) > 2 and match.startswith("/") and match.endswith("/"):
-        import re
-
         try:
             re.compile(match[1:-1])
         except re.error as error:
