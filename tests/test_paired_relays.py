@@ -21,6 +21,8 @@ import requests
 
 from oar.core.errors import STATUS_BY_CODE
 from oar.core.models import Question, Subscription
+from oar.core.timeutil import utcnow
+from oar.federation.models import PeerAsk
 from oar.watching.models import RelayOutbox
 from tests.support.clients import Agent, Owner, poll
 from tests.support.processes import PROJECT
@@ -599,8 +601,14 @@ def test_events_of_a_paired_relays_sessions_arrive_and_a_lost_link_replays_them(
     # and to desk's owner (a notification of kind relay_lost, docs/notifications.md#kinds).
     desk.owner.request("PUT", "/api/v1/owner/notifications/open-page", {"type": "page", "kinds": ["relay_lost"]})
     owner_writes(build_box, target, "!sleep 2\nwhile away")
+    away = agent.ok("ask", relay="build-box", session=target.session_id, question="Still answering?")["question_id"]
     STACKS["build-box"].stop("web")
     try:
+        # An ask kept there is checked every 0.3 s (the tests' PEER_ASK_POLL_SECONDS) while build-box
+        # answers, and every PEER_ASK_RETRY_SECONDS (30 s) once a check found it silent.
+        retry = desk.config.time("PEER_ASK_RETRY_SECONDS")
+        poll("the ask's check put off while build-box is silent", lambda: (
+            _read(desk, PeerAsk, PeerAsk.id == away).next_check_at - utcnow()).total_seconds() > retry / 2)
         poll("link_lost on desk", lambda: any("[relay event] build-box: link_lost (no answer since " in text
                                               for text in event_messages(desk, agent)))
         [told] = poll("the owner told", lambda: desk.owner.get("/api/v1/owner/notifications/open-page")["recent"])
