@@ -134,6 +134,11 @@ def team_thoughts(namespace: str, run_id: str) -> str:
 def team_thought_seq(namespace: str, run_id: str) -> str:
     """The counter numbering a run's thoughts, so that an open page asks only for newer ones."""
     return f"{namespace}:team:thoughtseq:{run_id}"
+
+
+# Paired relays and notifications ----------------------------------------------------------
+
+
 def peer_asks_nudge(namespace: str, peer_id: str) -> str:
     """Set while a check of a paired relay's asks is queued (the clock enqueues one at a time)."""
     return f"{namespace}:peerasks:{peer_id}"
@@ -142,6 +147,8 @@ def peer_asks_nudge(namespace: str, peer_id: str) -> str:
 def peer_events_nudge(namespace: str, peer_id: str) -> str:
     """Set while a fetch of a paired relay's events is queued or running (one at a time)."""
     return f"{namespace}:peerevents:{peer_id}"
+
+
 def notify_job_id(stamp_ms: int) -> str:
     """The notification sender's job of one due time (UTC milliseconds)."""
     return f"ntf-{stamp_ms}"

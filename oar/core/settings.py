@@ -151,6 +151,8 @@ def _send_policy(name: str, value: Any) -> dict[str, Any]:
             raise invalid(shape)
         checked.append({"match": dict(match), "action": rule["action"]})
     return {"rules": checked, "default": default}
+
+
 def _quiet_hours_shape(name: str, value: Any) -> dict[str, str]:
     """The shape only: the owner service (oar.owner.settings) checks the times and the zone with
     the quiet-hours rules, which live above this layer."""
