@@ -249,7 +249,8 @@ def render(figures: FanoutFigures) -> str:
         f"(the inserts themselves took {figures.measured_insert_seconds:.1f} s)",
         f"delivered    every held row delivered {figures.delivered_seconds:.1f} s after the first insert, "
         f"in {figures.messages:,} messages",
-        report.latency_line(f"delivery lag after the window ({figures.messages:,})", figures.lag_ms),
+        report.latency_line(f"delivery lag after the window ({figures.messages:,})", figures.lag_ms)
+        + f"   first {min(figures.lag_ms):7.2f} ms",
         f"database     after the run {mb(figures.size_after_run[0])} file, {mb(figures.size_after_run[1])} in use; "
         f"after pruning ({figures.prune_seconds:.1f} s: {figures.pruned['held']:,} held rows, "
         f"{figures.pruned['events']:,} events, {figures.pruned['wakeups']:,} wake-ups) "

@@ -69,6 +69,23 @@ options = st.builds(
 )
 
 
+def test_a_long_delivery_lists_its_first_lines_and_counts_the_rest_by_kind() -> None:
+    bundle = delivery.Piece([("turn_end", f"end {n}") for n in range(5)], kinds={"turn_end": 5})
+    error, idle = delivery.Piece([("error", "boom")], always=True), delivery.Piece([("all_idle", "idle")], always=True)
+    pieces = [bundle, error, delivery.Piece([("task_finished", "task")]), idle]
+    assert delivery.listed_lines(pieces, 8) == [f"end {n}" for n in range(5)] + ["boom", "task", "idle"]
+    # Urgent and engine lines are listed whatever the room; the others fill what is left in order.
+    assert delivery.listed_lines(pieces, 4) == [
+        "end 0", "end 1", "boom", "idle",
+        "[relay event] … and 4 more events not listed (turn_end 3, task_finished 1): list_sessions and "
+        "read_session show where their sessions stand.",
+    ]
+    # Counted from the lines when a piece does not give its kinds.
+    mixed = delivery.Piece([("turn_end", "a"), ("task_failed", "b"), ("turn_end", "c")])
+    assert delivery.listed_lines([mixed], 2)[-1].startswith("[relay event] … and 1 more event not listed (turn_end 1)")
+    assert delivery.listed_lines([error] * 3, 1) == ["boom"] * 3
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 7200), kinds), max_size=40), st.lists(options, min_size=1, max_size=3))
 def test_no_event_is_lost_or_delivered_twice(stream: list[tuple[int, str]], subscriptions: list[delivery.Rules]) -> None:

@@ -16,7 +16,7 @@ from oar.core.timeutil import utcnow
 from oar.watching import held, ingest
 from tests.support.clients import poll
 from tests.support.conversations import event_lines
-from tests.support.relays import Relay, own_relay
+from tests.support.relays import FAST_TIMES, Relay, own_relay
 
 
 def test_a_batch_of_events_is_one_held_row_per_watcher_and_one_line_per_event(relay: Relay) -> None:
@@ -47,6 +47,32 @@ def test_a_batch_of_events_is_one_held_row_per_watcher_and_one_line_per_event(re
     for watcher in watchers:
         [message] = poll("the delivery", lambda w=watcher: event_lines(relay, w.session_id) or None, seconds=30)
         assert message.splitlines()[1:] == expected
+
+
+def test_a_delivery_of_many_events_is_a_short_message(tmp_path: Path) -> None:
+    """A message lists DELIVERY_LINES_SHOWN event lines at most, urgent ones always, and counts
+    the rest (docs/events.md#a-short-message); the subscription still counts every event."""
+    with own_relay(tmp_path, {**FAST_TIMES, "DELIVERY_LINES_SHOWN": "3"}) as stack:
+        relay = stack.relay
+        assert relay is not None and relay.runtime is not None
+        target = relay.conversation("Build")
+        watcher = relay.conversation("watcher")
+        watcher.ok("subscribe", sessions=["all"], events=["turn_end", "error"])
+        with database.connection_context(), write_transaction():
+            for n in range(5):
+                events.record(target.session_id, "turn_end", {"turnId": ids.message_id(), "status": "done",
+                                                              "excerpt": f"step {n}", "fromSession": None, "startedBy": "user"})
+            events.record(target.session_id, "error", {"error": "boom"})
+        jobs.poke_delivery(relay.runtime)
+        [message] = poll("the delivery", lambda: event_lines(relay, watcher.session_id) or None, seconds=30)
+    short = f"({target.session_id[:4]}…)"
+    assert message.splitlines()[1:] == [
+        f'[relay event] session "Build" {short}: turn_end (done) "step 0"',
+        f'[relay event] session "Build" {short}: turn_end (done) "step 1"',
+        f'[relay event] session "Build" {short}: error "boom"',
+        "[relay event] … and 3 more events not listed (turn_end 3): list_sessions and read_session show where "
+        "their sessions stand.",
+    ]
 
 
 def _record_turn_ends(session_id: str, count: int) -> list[int]:

@@ -168,6 +168,9 @@ STALLED_DEFAULT_MINUTES = 15
 # keeps write transactions short; it writes one held row per watcher and batch, not per
 # event (docs/events.md#how-events-are-held).
 INGEST_ROWS_PER_BATCH = 200_000
+# A delivery message lists at most this many event lines (urgent events and the engine's own
+# lines always), then one line counting the rest by kind: "a short message" (docs/events.md#a-short-message).
+DELIVERY_LINES_SHOWN = 100
 # One relay process delivers due events at a time; its lease on that (renewed after each
 # delivery) lapses this long after the process stopped without giving it back.
 DELIVERY_LOCK_SECONDS = 30

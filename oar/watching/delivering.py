@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from peewee import DoesNotExist, fn
 
 from oar.core import keys, lease_lock
-from oar.core.db import released_connection, write_transaction
+from oar.core.db import database, prompt_write_transaction, released_connection
 from oar.core.models import HeldEvent, Session, Subscription, Wakeup
 from oar.core.prepared import Prepared
 from oar.core.runtime import Runtime
@@ -76,12 +77,10 @@ def deliver_overdue(runtime: Runtime, now_reader: Any, lag_seconds: float = 0) -
 def _deliver_pass(runtime: Runtime, now: datetime, lag_seconds: float, lease: lease_lock.Lease) -> int:
     made = 0
     lines = held.Lines()  # the watchers of a wide fan-out carry the same bundled lines
-    for watcher_id in _overdue_watchers(now - timedelta(seconds=lag_seconds)):
-        try:
-            if deliver(runtime, watcher_id, now, lines) == "delivered":
-                made += 1
-        except Exception:  # one broken watcher must not stop the others
-            log.exception("delivery to %s failed; trying again at the next sweep", watcher_id)
+    watchers = _overdue_watchers(now - timedelta(seconds=lag_seconds))
+    for start in range(0, len(watchers), DELIVERIES_PER_TRANSACTION):
+        outcomes = deliver_group(runtime, watchers[start:start + DELIVERIES_PER_TRANSACTION], now, lines)
+        made += sum(1 for outcome in outcomes.values() if outcome == "delivered")
         lease.renew()
     return made
 
@@ -128,9 +127,76 @@ _SUBSCRIPTIONS = Prepared(lambda ids: Subscription.select().where(Subscription.i
 
 def deliver(runtime: Runtime, watcher_id: str, now: datetime, lines: held.Lines | None = None) -> str:
     """Deliver the watcher's due events as one message: `delivered`, `nothing`, `paused`,
-    `dropped` or `lost` (another worker delivered them first)."""
+    `dropped`, `lost` (another worker delivered them first) or `failed` (logged; the sweeper
+    tries again)."""
+    return deliver_group(runtime, [watcher_id], now, lines or held.Lines())[watcher_id]
+
+
+# Watchers whose deliveries one write transaction makes, each in a savepoint of its own: the
+# 200 watchers of a wide fan-out whose windows close together get their messages in 10
+# commits instead of 200 (docs/benchmarks.md#short-messages-and-grouped-deliveries), and the
+# writer is held a few tens of milliseconds at a time.
+DELIVERIES_PER_TRANSACTION = 20
+
+
+@dataclass
+class _Planned:
+    watcher_id: str
+    chosen: list[Any]
+    text: str
+    remote: bool
+
+
+def deliver_group(runtime: Runtime, watcher_ids: list[str], now: datetime, lines: held.Lines) -> dict[str, str]:
+    """`deliver` for several watchers: their messages written in one transaction, their
+    turns enqueued together after it. One watcher's failure leaves the others' deliveries."""
     if not runtime.settings()["agent_sessions_enabled"]:
-        return "paused"  # subscriptions deliver nothing while agent sessions are off (docs/rules.md#agent-sessions-on-or-off)
+        # Subscriptions deliver nothing while agent sessions are off (docs/rules.md#agent-sessions-on-or-off).
+        return dict.fromkeys(watcher_ids, "paused")
+    outcomes: dict[str, str] = {}
+    planned: list[_Planned] = []
+    for watcher_id in watcher_ids:
+        try:
+            plan = _plan(runtime, watcher_id, now, lines)
+        except Exception:  # one broken watcher must not stop the others
+            log.exception("delivery to %s failed; trying again at the next sweep", watcher_id)
+            outcomes[watcher_id] = "failed"
+            continue
+        if isinstance(plan, str):
+            outcomes[watcher_id] = plan
+        else:
+            planned.append(plan)
+    written: list[_Planned] = []
+    if planned:
+        try:
+            with prompt_write_transaction():
+                for plan in planned:
+                    try:
+                        with database.atomic():  # a savepoint: what fails is undone alone
+                            _write(runtime, plan, now)
+                        written.append(plan)
+                    except held.Lost:
+                        outcomes[plan.watcher_id] = "lost"
+                    except Exception:
+                        log.exception("delivery to %s failed; trying again at the next sweep", plan.watcher_id)
+                        outcomes[plan.watcher_id] = "failed"
+        except Exception:  # the commit failed: nothing of the group was written
+            log.exception("deliveries to %d watchers failed; trying again at the next sweep", len(planned))
+            outcomes.update((plan.watcher_id, "failed") for plan in written)
+            written = []
+    turns.start_turns_of(runtime, [plan.watcher_id for plan in written if not plan.remote])
+    outcomes.update((plan.watcher_id, "delivered") for plan in written)
+    for watcher_id, outcome in outcomes.items():
+        if outcome in ("delivered", "nothing"):
+            due_jobs.schedule_next(runtime, watcher_id)
+    return outcomes
+
+
+def _plan(runtime: Runtime, watcher_id: str, now: datetime, lines: held.Lines) -> _Planned | str:
+    """What to deliver to the watcher, read before the write lock is taken: its message's
+    text (a wide fan-out's for hundreds of watchers whose windows close together), or the
+    outcome when there is nothing to write. Its rows are claimed only if still undelivered,
+    and lines and the subscriptions' digest and quiet hours never change."""
     watcher = _WATCHER.first(watcher_id)
     if watcher is None or watcher.archived or watcher.deleted:
         HeldEvent.update(dropped=True).where((HeldEvent.watcher == watcher_id) & HeldEvent.delivered_at.is_null()).execute()
@@ -138,42 +204,32 @@ def deliver(runtime: Runtime, watcher_id: str, now: datetime, lines: held.Lines 
     rows = {row.id: row for row in _UNDELIVERED.rows(watcher_id)}
     chosen = [rows[h.key] for h in delivery.batch([delivery.Held(r.id, r.due_at, r.reason, r.urgent) for r in rows.values()], now)]
     if not chosen:
-        due_jobs.schedule_next(runtime, watcher_id)
         return "nothing"
-    # The message is written before the write lock is taken (a wide fan-out's is thousands of
-    # lines, for hundreds of watchers whose windows close together): its rows are claimed
-    # below only if still undelivered, and lines and the subscriptions' digest and quiet
-    # hours never change.
-    text = _message_text(chosen, lines or held.Lines())
+    text = _message_text(chosen, lines, int(runtime.time("DELIVERY_LINES_SHOWN")))
     # Another relay's conversation (its stand-in here) gets the message by fetching it
     # (docs/relays.md#events-across-relays): it waits in the outbox, and no turn runs here.
-    remote = watcher.remote_relay is not None
-    try:
-        with write_transaction():
-            watcher = _WATCHER.first(watcher_id)
-            if watcher is None:
-                raise DoesNotExist(f"session {watcher_id} is gone")
-            if remote:
-                message_id = outbox.put(runtime, watcher_id, text, _kinds(chosen), now)
-            else:
-                message_id = automated.insert(watcher, text, turns.Provenance(kind="event", hops=0)).id
-            claimed = held.claim([r.id for r in chosen], now, message_id)
-            if claimed != len(chosen):
-                raise held.Lost
-            # The hourly cap counts wake-ups; older records are of no more use.
-            Wakeup.create(watcher=watcher_id, message_id=message_id, delivered_at=now)
-            Wakeup.delete().where(
-                (Wakeup.watcher == watcher_id) & (Wakeup.delivered_at < now - timedelta(seconds=2 * subscription_rules.timing(runtime).hour_seconds))
-            ).execute()
-            digested = {r.subscription_id for r in chosen if r.reason == delivery.DIGEST}
-            if digested:
-                Subscription.update(last_digest_at=now).where(Subscription.id.in_(digested)).execute()
-    except held.Lost:
-        return "lost"
-    if not remote:
-        turns.start_turns(runtime, watcher_id)
-    due_jobs.schedule_next(runtime, watcher_id)
-    return "delivered"
+    return _Planned(watcher_id, chosen, text, remote=watcher.remote_relay is not None)
+
+
+def _write(runtime: Runtime, plan: _Planned, now: datetime) -> None:
+    watcher = _WATCHER.first(plan.watcher_id)
+    if watcher is None:
+        raise DoesNotExist(f"session {plan.watcher_id} is gone")
+    if plan.remote:
+        message_id = outbox.put(runtime, plan.watcher_id, plan.text, _kinds(plan.chosen), now)
+    else:
+        message_id = automated.insert(watcher, plan.text, turns.Provenance(kind="event", hops=0)).id
+    if held.claim([r.id for r in plan.chosen], now, message_id) != len(plan.chosen):
+        raise held.Lost
+    # The hourly cap counts wake-ups; older records are of no more use.
+    Wakeup.create(watcher=plan.watcher_id, message_id=message_id, delivered_at=now)
+    Wakeup.delete().where(
+        (Wakeup.watcher == plan.watcher_id)
+        & (Wakeup.delivered_at < now - timedelta(seconds=2 * subscription_rules.timing(runtime).hour_seconds))
+    ).execute()
+    digested = {r.subscription_id for r in plan.chosen if r.reason == delivery.DIGEST}
+    if digested:
+        Subscription.update(last_digest_at=now).where(Subscription.id.in_(digested)).execute()
 
 
 def _kinds(rows: list[Any]) -> dict[str, int]:
@@ -184,7 +240,7 @@ def _kinds(rows: list[Any]) -> dict[str, int]:
     return counted
 
 
-def _message_text(rows: list[Any], lines: held.Lines) -> str:
+def _message_text(rows: list[Any], lines: held.Lines, shown: int) -> str:
     reasons = {row.reason for row in rows}
     subs = {s.id: s for s in _SUBSCRIPTIONS.rows(list({r.subscription_id for r in rows}))}
     digest_subs = [subscription_rules.rules_of(s) for s in subs.values() if s.digest_minutes]
@@ -193,48 +249,48 @@ def _message_text(rows: list[Any], lines: held.Lines) -> str:
     heading = delivery.digest_line(sum(row.count for row in rows), reasons, digest_subs, quiet)
     if heading:
         text.append(heading)
-    in_order = _bundles_in_order(rows, lines)
-    if in_order is not None:
-        text.extend(in_order)
-    else:
-        text.extend(line for _key, line in sorted(_ordered_lines(rows, lines), key=lambda item: item[0]))
+    pieces = _pieces_in_order(rows, lines)
+    if pieces is None:
+        pieces = [piece for _place, piece in sorted(_placed_lines(rows, lines), key=lambda placed: placed[0])]
+    text.extend(delivery.listed_lines(pieces, shown))
     return "\n".join(text)
 
 
-def _bundles_in_order(rows: list[Any], lines: held.Lines) -> list[str] | None:
-    """The lines `_ordered_lines` would give, without placing each line: for rows of events
-    only (a wide fan-out's bundles, one per ingested batch), each in order and none
-    overlapping another, the rows in the order of their first events. None otherwise.
-    A watcher of a busy relay gets thousands of lines in each of a window's rows, the same
-    rows (and lines, `held.Lines`) as every other watcher of everything."""
-    spans: list[tuple[int, int, list[str]]] = []
+# Where a piece of a message goes (docs/events.md#how-events-are-held): events by their
+# numbers, an engine line (`all_idle`, a heartbeat) after the events ingested before it, the
+# row's id between equals.
+Place = tuple[int, int, int]
+
+
+def _pieces_in_order(rows: list[Any], lines: held.Lines) -> list[delivery.Piece] | None:
+    """The message's pieces in order, a bundle's lines kept together (a wide fan-out's
+    bundles hold thousands of lines each, the same for every watcher of everything, read
+    once by `held.Lines`): when no piece falls inside a bundle's span. None otherwise."""
+    placed: list[tuple[Place, Place, delivery.Piece]] = []
     for row in rows:
         if row.seqs:
             span = lines.span(row.seqs)
             if span is None:
                 return None
-            if span[2]:
-                spans.append(span)
-        elif row.event_seq is not None:
-            spans.append((row.event_seq, row.event_seq, [row.line]))
+            if span.lines:
+                placed.append(((span.first, 0, row.id), (span.last, 0, row.id), delivery.Piece(span.lines, kinds=span.kinds)))
         else:
-            return None  # an engine line (all_idle, a heartbeat): placed among the events
-    spans.sort(key=lambda span: span[0])
-    if any(later[0] <= earlier[1] for earlier, later in zip(spans, spans[1:], strict=False)):
+            [(place, piece)] = _placed_lines([row], lines)
+            placed.append((place, place, piece))
+    placed.sort(key=lambda item: item[0])
+    if any(later[0] <= earlier[1] for earlier, later in zip(placed, placed[1:], strict=False)):
         return None
-    return [line for _first, _last, found in spans for line in found]
+    return [piece for _first, _last, piece in placed]
 
 
-def _ordered_lines(rows: list[Any], lines: held.Lines) -> list[tuple[tuple[int, int, int], str]]:
-    """Every line of `rows` with its place (docs/events.md#how-events-are-held): events in
-    the order they happened (their numbers), the engine's own lines (`all_idle`,
-    heartbeats) after the events ingested before them."""
-    placed: list[tuple[tuple[int, int, int], str]] = []
+def _placed_lines(rows: list[Any], lines: held.Lines) -> list[tuple[Place, delivery.Piece]]:
+    """Every line of `rows` with its place, one piece each."""
+    placed: list[tuple[Place, delivery.Piece]] = []
     for row in rows:
         if row.seqs:
-            placed.extend(((seq, 0, row.id), line) for seq, line in lines.of(row.seqs))
+            placed.extend(((seq, 0, row.id), delivery.Piece([(kind, line)])) for seq, kind, line in lines.of(row.seqs))
         elif row.event_seq is not None:
-            placed.append(((row.event_seq, 0, row.id), row.line))
+            placed.append(((row.event_seq, 0, row.id), delivery.Piece([(row.kind, row.line)], always=bool(row.urgent))))
         else:
-            placed.append(((row.position or 0, 1, row.id), row.line))
+            placed.append(((row.position or 0, 1, row.id), delivery.Piece([(row.kind, row.line)], always=True)))
     return placed

@@ -25,7 +25,7 @@ running turn or task has crossed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from math import ceil, floor
@@ -178,6 +178,58 @@ def digest_line(count: int, reasons: set[str], digest_subs: Sequence[Rules], qui
     if CAP in reasons:
         parts.append("over 20 wake-ups in the last hour; the rest come every 10 min")
     return f"Digest of {count} events ({'; '.join(parts)}; questions and errors come at once):"
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Lines of a delivery message that stay together, in event order: one event's line, an
+    engine line, or a bundle's lines (docs/events.md#how-events-are-held). `always`: listed
+    however long the message (urgent events, the engine's own lines). `kinds`: how many of
+    `lines` are of each kind, when known (a bundle's, counted once for all its watchers)."""
+
+    lines: Sequence[tuple[str, str]]  # (kind, line)
+    always: bool = False
+    kinds: Mapping[str, int] | None = None
+
+
+def listed_lines(pieces: Sequence[Piece], shown: int) -> list[str]:
+    """The event lines of one delivery message (docs/events.md#a-short-message): at most
+    `shown`, then one line that counts the rest by kind. Lines that are `always` listed count
+    against `shown` but are never left out; the others fill what is left, in order. A watcher
+    of a busy relay would otherwise get thousands of lines in one message, more than an
+    agent's context holds; each piece is looked at only as far as it is listed."""
+    if sum(len(piece.lines) for piece in pieces) <= shown:
+        return [line for piece in pieces for _kind, line in piece.lines]
+    room = max(shown - sum(len(piece.lines) for piece in pieces if piece.always), 0)
+    listed: list[str] = []
+    left: dict[str, int] = {}
+    for piece in pieces:
+        taken = piece.lines if piece.always else piece.lines[:room]
+        listed.extend(line for _kind, line in taken)
+        if piece.always:
+            continue
+        room -= len(taken)
+        if len(taken) < len(piece.lines):
+            counts = dict(piece.kinds) if piece.kinds is not None else _counted(piece.lines)
+            for kind, _line in taken:
+                counts[kind] -= 1
+            for kind, number in counts.items():
+                if number:
+                    left[kind] = left.get(kind, 0) + number
+    if left:
+        count = sum(left.values())
+        kinds = ", ".join(f"{kind} {number:,}" for kind, number in sorted(left.items(), key=lambda item: (-item[1], item[0])))
+        events = "1 more event" if count == 1 else f"{count:,} more events"
+        listed.append(f"[relay event] … and {events} not listed ({kinds}): list_sessions and read_session show "
+                      "where their sessions stand.")
+    return listed
+
+
+def _counted(lines: Iterable[tuple[str, str]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for kind, _line in lines:
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
 
 
 # Heartbeats (docs/events.md#events, docs/events.md#delivery) -------------------------------------------------------------
