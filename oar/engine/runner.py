@@ -222,6 +222,7 @@ def execute(runtime: Runtime, turn: Message) -> None:
     control.recall = lambda key: recall(runtime, session.id, key)
     control.remember = lambda key, value: remember(runtime, session.id, key, value)
     reported_tasks: dict[str, str] = {}  # the agent's task id → the relay's
+    used: list[Usage] = []
     watcher.start()
     request = TurnRequest(
         session_id=session.id,
@@ -254,8 +255,9 @@ def execute(runtime: Runtime, turn: Message) -> None:
                 failure = event.message
                 break
             elif isinstance(event, Usage):
-                usage.record(provider.name, turn.model, session.id, turn.id, event.input_tokens, event.output_tokens)
-                release_connection()
+                # Written with the outcome: a write here, between a stream's last two events,
+                # would wait for the lock while the end of the reply waits in the socket.
+                used.append(event)
             elif isinstance(event, AgentSession):
                 # Any provider's agent id goes back to its agent: only a safe shape is kept (docs/providers.md#cli-arguments).
                 if safe_agent_session_id(event.id) is None:
@@ -280,16 +282,17 @@ def execute(runtime: Runtime, turn: Message) -> None:
         stopped, timed_out = watcher.finish()
     end_leftover_tasks(runtime, list(reported_tasks.values()))
     text, activities = stream.text, stream.recent_activities()
+    metered = [(provider.name, event) for event in used]
     if timed_out:
         limit = runtime.settings()["max_turn_seconds"]
         finish(runtime, turn, TurnStatus.FAILED, text, f"The turn ran longer than the relay's limit of {limit} s and was ended.",
-               activities)
+               activities, metered)
     elif stopped:
-        finish(runtime, turn, TurnStatus.STOPPED, text, None, activities)
+        finish(runtime, turn, TurnStatus.STOPPED, text, None, activities, metered)
     elif failure is not None:
-        finish(runtime, turn, TurnStatus.FAILED, text, failure, activities)
+        finish(runtime, turn, TurnStatus.FAILED, text, failure, activities, metered)
     else:
-        finish(runtime, turn, TurnStatus.DONE, text, None, activities)
+        finish(runtime, turn, TurnStatus.DONE, text, None, activities, metered)
     watcher.join(timeout=WATCHER_EXIT_SECONDS)
 
 
@@ -347,17 +350,21 @@ class PartialWriter:
 
 def finish(
     runtime: Runtime, turn: Message, status: TurnStatus, text: str, error: str | None,
-    activities: list[str] | None = None,
+    activities: list[str] | None = None, used: list[tuple[str, Usage]] | None = None,
 ) -> bool:
     """Record a turn's outcome; False when the turn had already been settled elsewhere.
 
     `activities`: the turn's last activity lines, written with the outcome because the stream
-    skips a write while another writer holds the lock (the last tool line would be lost)."""
+    skips a write while another writer holds the lock (the last tool line would be lost).
+    `used`: the tokens its provider reported, (provider name, usage) each; recorded whatever
+    the outcome."""
     now = utcnow()
     keep_reply = status == TurnStatus.DONE or (status == TurnStatus.STOPPED and text)
     reply_id = ids.message_id() if keep_reply else None
     with write_transaction():
         lock_rows(Session.select(Session.id).where(Session.id == turn.session_id))
+        for provider_name, reported in used or []:
+            usage.record(provider_name, turn.model, turn.session_id, turn.id, reported.input_tokens, reported.output_tokens)
         settled = (
             Message.update(
                 status=status, error=error, partial_text=text, reply_id=reply_id, completed_at=now,
