@@ -8,6 +8,7 @@ import secrets
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import orjson
 from flask import Flask, Response, abort, jsonify, request
 from flask.json.provider import DefaultJSONProvider
 from flask.typing import ResponseReturnValue
@@ -25,10 +26,29 @@ log = logging.getLogger(__name__)
 
 
 class RelayJSONProvider(DefaultJSONProvider):
-    """Flask's JSON, with text kept as it is (not escaped to ASCII) and keys in the order written."""
+    """Flask's JSON, with text kept as it is (not escaped to ASCII) and keys in the order written.
+
+    Answers (compact JSON) are written by orjson: the same text as the standard library's for
+    every answer the relay makes (strings, integers, plain floats, lists, objects; a float in
+    exponent form reads `1e-8` instead of `1e-08`), in a tenth of the time, which was a tenth
+    of a read's cost (docs/benchmarks.md#reads-at-the-stacks-ceiling). Dates, dataclasses and
+    whatever orjson declines go through Flask's own rules as before.
+    """
 
     ensure_ascii = False
     sort_keys = False
+
+    def dumps(self, obj: Any, **kwargs: Any) -> str:
+        if kwargs == COMPACT:
+            try:
+                return orjson.dumps(obj, default=self.default, option=ORJSON_OPTIONS).decode()
+            except orjson.JSONEncodeError:
+                pass  # e.g. an integer beyond 64 bits, a lone surrogate: the standard library decides
+        return super().dumps(obj, **kwargs)
+
+
+COMPACT = {"separators": (",", ":")}
+ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 
 
 class TrustedProxies:
