@@ -31,6 +31,9 @@ SQLITE_PRAGMAS = {
     "foreign_keys": 1,
     "synchronous": "normal",  # durable across process crashes in WAL mode
     "cache_size": -16_000,  # KiB
+    # The clock copies the WAL back into the database every second (`checkpoint`); a commit
+    # does it only past this many pages (40 MB), should the clock not run.
+    "wal_autocheckpoint": 10_000,
 }
 
 
@@ -202,6 +205,17 @@ def prompt_write_transaction() -> Iterator[None]:
         finally:
             database.execute_sql(f"PRAGMA busy_timeout = {waited}")
         yield
+
+
+def checkpoint() -> None:
+    """Copy SQLite's WAL back into the database (PASSIVE: it waits for nobody and blocks nobody).
+
+    The clock does it every `SQLITE_CHECKPOINT_SECONDS`. By SQLite's default the commit that
+    finds the WAL over 1,000 pages does it, in the committing thread: a turn's final write,
+    with a caller waiting on it, then took milliseconds longer (the wake latency's p99 was
+    these, docs/decisions.md#checkpoints-in-the-clock)."""
+    if is_sqlite():
+        database.execute_sql("PRAGMA wal_checkpoint(PASSIVE)")
 
 
 @contextlib.contextmanager

@@ -197,6 +197,8 @@ PROVIDER_CONNECT_TIMEOUT_SECONDS = 10
 PROVIDER_READ_TIMEOUT_SECONDS = 120
 
 # The database (docs/errors.md, docs/operations.md).
+# The clock copies SQLite's WAL back into the database this often (oar.core.db.checkpoint).
+SQLITE_CHECKPOINT_SECONDS = 1
 SQLITE_BUSY_SECONDS = 30  # how long an SQLite writer waits for another's lock before giving up
 DATABASE_BUSY_RETRY_SECONDS = 5  # Retry-After of a call that found the database busy (503)
 

@@ -14,7 +14,7 @@ import threading
 
 from oar.core import lifeline
 from oar.core.config import from_environment
-from oar.core.db import database, open_database
+from oar.core.db import checkpoint, database, is_sqlite, open_database
 from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
 from oar.engine.due_timer import DueTimer
@@ -72,6 +72,19 @@ def peer_events_loop(runtime: Runtime, stopping: threading.Event) -> None:
             database.close()
 
 
+def checkpoint_loop(runtime: Runtime, stopping: threading.Event) -> None:
+    """Every SQLITE_CHECKPOINT_SECONDS: SQLite's WAL back into the database, here rather than
+    in whichever writer's commit found it long (oar.core.db.checkpoint)."""
+    period = runtime.time("SQLITE_CHECKPOINT_SECONDS")
+    while not stopping.wait(period):
+        try:
+            checkpoint()
+        except Exception:
+            log.exception("the WAL checkpoint failed; trying again in %s s", period)
+        finally:
+            database.close()
+
+
 def main() -> None:
     launcher = lifeline.take_launcher_pid()
     if launcher is not None:
@@ -86,6 +99,8 @@ def main() -> None:
     log.info("clock started: reconciling every %s s", period)
     DueTimer(runtime, stopping).start()
     threading.Thread(target=peer_events_loop, args=(runtime, stopping), name="peer-events", daemon=True).start()
+    if is_sqlite():
+        threading.Thread(target=checkpoint_loop, args=(runtime, stopping), name="checkpoints", daemon=True).start()
     while not stopping.is_set():
         try:
             tick(runtime)
