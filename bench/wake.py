@@ -2,19 +2,21 @@
 
 The turn runner stamps the prompt's `completed_at` (naive UTC) just before it commits the
 reply and publishes the wake-up signal; the client notes `time.time()` when the response
-has arrived. Both clocks are this machine's, so the difference is the whole path the
+has arrived (read whole from a keep-alive `http.client` connection, as the load generator's:
+`requests` spent a few tenths of a millisecond of its own on each response). Both clocks are this machine's, so the difference is the whole path the
 product promises to keep to milliseconds (docs/waiting.md#how-waiting-wakes): commit, Redis signal, the waiting
 request thread waking, reading the reply and answering.
 """
 
 from __future__ import annotations
 
+import http.client
+import json
 import time
 from dataclasses import dataclass
 from datetime import UTC
 from pathlib import Path
-
-import requests
+from urllib.parse import urlsplit
 
 from bench.owner import Owner
 from oar.core import defaults
@@ -46,13 +48,15 @@ def measure_sends(url: str, owner: Owner, sends: int, warm_up: int) -> list[Send
     """
     target, _ = owner.conversation("bench echo target")
     timings: list[SendTiming] = []
-    http = requests.Session()
+    where = urlsplit(url)
+    connection = http.client.HTTPConnection(where.hostname or "127.0.0.1", where.port or 80, timeout=WAIT_SECONDS + 30)
+    headers = {"Content-Type": "application/json"}
     for number in range(warm_up + sends):
         # Loop protection refuses a conversation's 31st agent-to-agent prompt until the user
         # writes in it; a new conversation per 30 sends keeps the measured path pure `send`.
         if number % defaults.LOOP_PROMPTS_BEFORE_CARD == 0:
             _caller, token = owner.conversation(f"bench sender {number // defaults.LOOP_PROMPTS_BEFORE_CARD}")
-            http.headers["Authorization"] = f"Bearer {token}"
+            headers["Authorization"] = f"Bearer {token}"
         payload = {
             "action": "send",
             "relay": "this",
@@ -60,13 +64,17 @@ def measure_sends(url: str, owner: Owner, sends: int, warm_up: int) -> list[Send
             "text": f"ping {number}",
             "wait_seconds": WAIT_SECONDS,
         }
+        body = json.dumps(payload).encode()
         sent_at = time.time()
-        response = http.post(f"{url}/api/v1/relay_tool", json=payload, timeout=WAIT_SECONDS + 30)
+        connection.request("POST", "/api/v1/relay_tool", body=body, headers=headers)
+        response = connection.getresponse()
+        answer = response.read()
         received_at = time.time()
-        result = response.json()
-        if result.get("status") != "done":
+        result = json.loads(answer)
+        if response.status != 200 or result.get("status") != "done":
             raise RuntimeError(f"send {number} did not finish: {result}")
         timings.append(SendTiming(result["message_id"], sent_at, received_at))
+    connection.close()
     return timings[warm_up:]
 
 

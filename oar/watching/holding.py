@@ -31,6 +31,8 @@ class Holding:
         self._live: list[str] | None = None
         self._turns: dict[str, str] | None = None
         self._tasks: set[str] | None = None
+        self._live_set: set[str] | None = None
+        self._busy: set[str] | None = None
 
     def due(self, watcher_id: str, matched: list[Subscription], kind: str) -> tuple[datetime, str, str]:
         if watcher_id not in self.slots:
@@ -105,6 +107,21 @@ class Holding:
     def busy(self, session_ids: list[str]) -> bool:
         turns_open, tasks = self.turn_states(), self.tasks_running()
         return any(session_id in turns_open or session_id in tasks for session_id in session_ids)
+
+    def watched_count_and_busy(self, subscription: Subscription) -> tuple[int, bool]:
+        """How many sessions the subscription watches, and whether one of them is at work.
+        For `all`, from the few busy sessions rather than the whole list: the 200 watchers of
+        everything would each scan every session in every batch."""
+        if subscription.scope == "sessions":
+            watched = self.watched(subscription)
+            return len(watched), self.busy(watched)
+        self.watched(subscription)  # reads the live sessions once
+        if self._live_set is None:
+            self._live_set = set(self._live or [])
+            self._busy = (set(self.turn_states()) | self.tasks_running()) & self._live_set
+        left_out = {subscription.watcher_id, *(subscription.exclude or [])} & self._live_set
+        busy = self._busy or set()
+        return len(self._live_set) - len(left_out), bool(busy - left_out)
 
 
 def hold(batch: matching.Match, now: datetime, engine: delivery.Timing) -> tuple[set[str], list[str]]:
@@ -227,13 +244,12 @@ def _hold_one(event: Event, kind: str, line: str, watcher_id: str, matched: list
 
 def _all_idle(subscription: Subscription, holding: Holding, position: int) -> bool:
     """One `all_idle` per transition to idle of all the subscription's sessions."""
-    watched = holding.watched(subscription)
-    if holding.busy(watched):
+    count, busy = holding.watched_count_and_busy(subscription)
+    if busy:
         if subscription.idle:
             Subscription.update(idle=False).where(Subscription.id == subscription.id).execute()
             subscription.idle = False
         return False
-    count = len(watched)
     line = (
         f"[relay event] all_idle: no turn or task is running in the {count} watched "
         f"session{'s' if count != 1 else ''} (subscription {subscription.id})"
