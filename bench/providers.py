@@ -9,7 +9,9 @@ tokens per second, from the first prompt to the last reply); the worker processe
 per 1,000 streamed tokens; the memory (RSS) of all relay processes idle and at the peak of
 the load. `--ramp` then raises the per-stream rate, doubling it, until the relay no longer
 keeps up (p99 overhead above 50 ms, or a stream taking 10 % longer than its rate says: the
-relay's reads held the fake back).
+relay's reads held the fake back). `--spread F` gives the replies different lengths, spread
+evenly over tokens × (1 ± F) with the same mean, so that the streams end at different
+moments as real replies do; by default (0) all 50 end within the same tenth of a second.
 """
 
 from __future__ import annotations
@@ -81,6 +83,10 @@ def run(argv: Sequence[str]) -> int:
         "--tokens-per-second", type=float, default=100.0,
         help="tokens/s the fake sends per stream (default 100; 0: as fast as the relay reads)",
     )
+    parser.add_argument(
+        "--spread", type=float, default=0.0,
+        help="reply lengths spread evenly over tokens × (1 ± spread), the same mean (default 0: all alike)",
+    )
     parser.add_argument("--ramp", action="store_true", help="then double the per-stream rate until the relay falls behind")
     parser.add_argument("--ramp-seconds", type=float, default=5.0, help="length of one ramp round's streams (default 5)")
     args = parser.parse_args(argv)
@@ -94,7 +100,7 @@ def run(argv: Sequence[str]) -> int:
             idle_rss = usage.rss_total(running.pids)
             pace = f"{args.tokens_per_second:g} tokens/s per stream" if args.tokens_per_second else "as fast as possible"
             progress(f"{args.sessions} sessions × one {args.tokens:,}-token reply, all at once, {pace}")
-            main = one_round(owner, fake, ready.data_dir, running.pids, args.sessions, args.tokens, "main")
+            main = one_round(owner, fake, ready.data_dir, running.pids, args.sessions, args.tokens, "main", args.spread)
             lines = [
                 "OAR Relay benchmark: providers",
                 f"machine      load average {load_average:.2f} before measuring",
@@ -151,10 +157,24 @@ def ramp(owner: Owner, fake: FakeLLM, data_dir: Path, pids: dict[str, int], args
     return lines
 
 
+def spread_note(spread: float) -> str:
+    return f" (lengths spread ± {spread:.0%}, the same mean)" if spread else ""
+
+
+def lengths(sessions: int, tokens: int, spread: float) -> list[int]:
+    """Reply lengths evenly over tokens × (1 ± spread), in an order that mixes short and long."""
+    if sessions < 2 or not spread:
+        return [tokens] * sessions
+    even = [round(tokens * (1 - spread + 2 * spread * n / (sessions - 1))) for n in range(sessions)]
+    return even[::2] + even[1::2]
+
+
 def one_round(
-    owner: Owner, fake: FakeLLM, data_dir: Path, pids: dict[str, int], sessions: int, tokens: int, label: str
+    owner: Owner, fake: FakeLLM, data_dir: Path, pids: dict[str, int], sessions: int, tokens: int, label: str,
+    spread: float = 0.0,
 ) -> Round:
-    prompts = [f"#long {tokens} {label} session {number}" for number in range(sessions)]
+    sizes = lengths(sessions, tokens, spread)
+    prompts = [f"#long {size} {label} session {number}" for number, size in enumerate(sizes)]
     before = usage.sample_all(pids)
     started = time.time()
     with ThreadPoolExecutor(max_workers=min(sessions, 64)) as pool:
@@ -177,10 +197,10 @@ def one_round(
         sessions=sessions, tokens=tokens, rate=fake.tokens_per_second,
         overhead_ms=[(completed[mid][1] - fake.last_byte[text]) * 1000 for mid, text in by_message.items()],
         stretch=[
-            (fake.last_byte[text] - fake.first_byte[text]) * fake.tokens_per_second / tokens if fake.tokens_per_second else 1.0
-            for text in prompts
+            (fake.last_byte[text] - fake.first_byte[text]) * fake.tokens_per_second / size if fake.tokens_per_second else 1.0
+            for text, size in zip(prompts, sizes, strict=True)
         ],
-        sent_per_second=sessions * tokens / (max(fake.last_byte[t] for t in prompts) - min(fake.first_byte[t] for t in prompts)),
+        sent_per_second=sum(sizes) / (max(fake.last_byte[t] for t in prompts) - min(fake.first_byte[t] for t in prompts)),
         wall=max(stamp for _, stamp in completed.values()) - started,
         worker_cpu=after["worker"].cpu_seconds - before["worker"].cpu_seconds,
         web_cpu=after["web"].cpu_seconds - before["web"].cpu_seconds,
