@@ -14,7 +14,7 @@ from oar.core import defaults
 from oar.core.config import Config
 from oar.core.db import database, open_database
 from oar.core.models import Message, Session
-from oar.engine.runner import PartialWriter
+from oar.engine.partial_writer import PartialWriter
 from oar.owner.bootstrap import migrate
 from oar.providers.base import TurnControl
 from oar.providers.sse import StreamRequest, open_stream

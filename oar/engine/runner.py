@@ -14,10 +14,8 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
-import peewee
 import redis
 
 from oar import providers
@@ -26,14 +24,15 @@ from oar.actions.dispatch import dispatch
 from oar.actions.schema import relay_tool, system_prompt
 from oar.approvals import cards, questions
 from oar.background import output_files, tasks
-from oar.core import defaults, events, ids, jobs, keys
-from oar.core.db import database, is_busy, lock_rows, release_connection, without_lock_wait, write_transaction
+from oar.core import events, ids, jobs, keys
+from oar.core.db import database, lock_rows, release_connection, write_transaction
 from oar.core.models import Message, Question, Session
 from oar.core.runtime import Runtime
 from oar.core.signals import publish
 from oar.core.statuses import LIVE_TURN, QuestionStatus, TaskStatus, TurnStatus
 from oar.core.timeutil import utcnow
 from oar.core.waiting import Look, not_yet, settled, wait_on_signals
+from oar.engine.partial_writer import PartialWriter
 from oar.openclaw import runs as openclaw_runs
 from oar.openclaw import tools as openclaw_tools
 from oar.providers import usage
@@ -294,58 +293,6 @@ def execute(runtime: Runtime, turn: Message) -> None:
     else:
         finish(runtime, turn, TurnStatus.DONE, text, None, activities, metered)
     watcher.join(timeout=WATCHER_EXIT_SECONDS)
-
-
-class PartialWriter:
-    """Collects the streamed reply and writes it to the database at most every `interval` s.
-
-    A write rewrites the whole partial text, so its cost grows with the reply: the interval,
-    not the token rate, bounds the writes per second (docs/benchmarks.md#provider-streaming).
-    The first text is written at once; the final text is written by `finish`, at once too.
-    """
-
-    def __init__(self, turn_id: str, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.turn_id = turn_id
-        self.interval = interval
-        self.clock = clock
-        self.parts: list[str] = []
-        self.activities: list[str] = []
-        self.last_write: float | None = None
-
-    @property
-    def text(self) -> str:
-        return "".join(self.parts)
-
-    def add_text(self, text: str) -> None:
-        self.parts.append(text)
-        self._maybe_write()
-
-    def add_activity(self, line: str) -> None:
-        self.activities.append(line)
-        self._maybe_write(force=True)
-
-    def recent_activities(self) -> list[str] | None:
-        """The activity lines a turn keeps (None when it had none), as `finish` writes them."""
-        return self.activities[-defaults.TURN_ACTIVITIES_KEPT:] or None
-
-    def _maybe_write(self, force: bool = False) -> None:
-        now = self.clock()
-        if not (force or self.last_write is None or now - self.last_write >= self.interval):
-            return
-        # Skipped, not waited for, while another writer holds the lock: the next text tries
-        # again, and the thread goes back to reading its stream.
-        try:
-            with without_lock_wait():
-                Message.update(partial_text=self.text, activities=self.activities[-defaults.TURN_ACTIVITIES_KEPT:]).where(
-                    Message.id == self.turn_id
-                ).execute()
-        except peewee.OperationalError as error:
-            if not is_busy(error):
-                raise
-            return
-        finally:
-            release_connection()
-        self.last_write = now
 
 
 def finish(
