@@ -48,9 +48,10 @@ def waited_result(ctx: CallContext, message: Message, args: dict[str, Any]) -> d
     if seconds > 0:
         # Own-prompt suppression (docs/events.md#own-prompts): while the sender waits, a turn_end is held;
         # once it got the finished reply here, that turn_end is not delivered.
-        own_prompts.waiting_for_reply(message, ctx.caller.id, ctx.now + timedelta(seconds=seconds))
+        noted = own_prompts.waiting_for_reply(message, ctx.caller.id, ctx.now + timedelta(seconds=seconds))
         message = turns.wait_for(ctx.runtime, message.id, seconds)
-        own_prompts.wait_ended(ctx.runtime, message, ctx.caller.id, utcnow())
+        if noted:  # without a note, nothing of this turn was held for the caller
+            own_prompts.wait_ended(ctx.runtime, message, ctx.caller.id, utcnow())
     else:
         message = Message.get(Message.id == message.id)
     entry = turns.result(ctx.runtime, message)

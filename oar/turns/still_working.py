@@ -50,6 +50,11 @@ def still_working(runtime: Runtime, turn: Message, seconds: float) -> list[Task]
             return settled([])
         return not_yet(running, again_within=(done_at - now).total_seconds())
 
+    # Most turns leave no task running: answered without registering for wake-ups (a woken
+    # `send` answers through here, docs/waiting.md#how-waiting-wakes).
+    first = look()
+    if first.settled:
+        return first.value
     return wait_on_signals(
         runtime, [keys.turn_channel(runtime.config.namespace, turn.id)], look,
         recheck_seconds=runtime.time("WAIT_RECHECK_SECONDS"), seconds=seconds,

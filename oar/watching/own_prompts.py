@@ -12,14 +12,16 @@ from oar.core.statuses import FINISHED_TURN
 from oar.watching import delivery, due_jobs, subscription_rules
 
 
-def waiting_for_reply(turn: Message, waiter_id: str, until: datetime) -> None:
-    """The sender of `turn` waits for its reply through send / wait until `until`."""
+def waiting_for_reply(turn: Message, waiter_id: str, until: datetime) -> bool:
+    """The sender of `turn` waits for its reply through send / wait until `until`. False when
+    nothing was noted (the waiter watches nothing): its wait then needs no `wait_ended`."""
     if turn.from_session != waiter_id or not subscription_rules.active_of(waiter_id).exists():
-        return
+        return False
     with write_transaction():
         ReplyReceipt.insert(turn_id=turn.id, waiter=waiter_id, waiting_until=until).on_conflict(
             conflict_target=[ReplyReceipt.turn_id], update={ReplyReceipt.waiting_until: until}
         ).execute()
+    return True
 
 
 def wait_ended(runtime: Runtime, turn: Message, waiter_id: str, now: datetime) -> None:
