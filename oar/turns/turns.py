@@ -104,25 +104,14 @@ def insert_prompt(
 
 
 def start_turns(runtime: Runtime, session_id: str) -> None:
-    """Ask a worker to run the session's queued turns (after the prompt is committed).
-
-    If Redis is unreachable the prompt stays queued in the database and the clock's
-    reconciler enqueues it when Redis is back.
-    """
-    try:
-        runtime.queue.enqueue(
-            jobs.RUN_TURNS,
-            session_id,
-            job_timeout=-1,  # a turn's own limit is max_turn_seconds, enforced by the runner
-            result_ttl=0,
-            failure_ttl=86_400,
-        )
-    except Exception as error:  # noqa: BLE001 - any Redis failure leaves it to the reconciler
-        log.warning("turn for session %s not enqueued yet: %s", session_id, error)
+    """Ask a worker to run the session's queued turns (after the prompt is committed)."""
+    start_turns_of(runtime, [session_id])
 
 
 def start_turns_of(runtime: Runtime, session_ids: list[str]) -> None:
-    """`start_turns` for several sessions in one Redis round trip (a delivery pass's watchers)."""
+    """Ask a worker to run each session's queued turns, in one Redis round trip (a delivery
+    pass's watchers). If Redis is unreachable the prompts stay queued in the database and the
+    clock's reconciler enqueues them when Redis is back."""
     if not session_ids:
         return
     try:
@@ -131,7 +120,7 @@ def start_turns_of(runtime: Runtime, session_ids: list[str]) -> None:
             for session_id in session_ids
         ])
     except Exception as error:  # noqa: BLE001 - any Redis failure leaves it to the reconciler
-        log.warning("turns for %d sessions not enqueued yet: %s", len(session_ids), error)
+        log.warning("turns for %s not enqueued yet: %s", ", ".join(session_ids[:5]), error)
 
 
 def badge(message: Message) -> dict[str, Any] | None:

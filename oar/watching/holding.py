@@ -80,12 +80,15 @@ class Holding:
     def watched(self, subscription: Subscription) -> list[str]:
         if subscription.scope == "sessions":
             return list(subscription.sessions or [])
+        left_out = {subscription.watcher_id, *(subscription.exclude or [])}
+        return [session_id for session_id in self._live_sessions() if session_id not in left_out]
+
+    def _live_sessions(self) -> list[str]:
         if self._live is None:
             self._live = [row.id for row in Session.select(Session.id).where(
                 (Session.archived == False) & (Session.deleted == False)  # noqa: E712
             )]
-        left_out = {subscription.watcher_id, *(subscription.exclude or [])}
-        return [session_id for session_id in self._live if session_id not in left_out]
+        return self._live
 
     def turn_states(self) -> dict[str, str]:
         """Sessions with an open turn → `running`, `waiting_for_answer` or `queued`."""
@@ -115,13 +118,11 @@ class Holding:
         if subscription.scope == "sessions":
             watched = self.watched(subscription)
             return len(watched), self.busy(watched)
-        self.watched(subscription)  # reads the live sessions once
-        if self._live_set is None:
-            self._live_set = set(self._live or [])
+        if self._live_set is None or self._busy is None:
+            self._live_set = set(self._live_sessions())
             self._busy = (set(self.turn_states()) | self.tasks_running()) & self._live_set
         left_out = {subscription.watcher_id, *(subscription.exclude or [])} & self._live_set
-        busy = self._busy or set()
-        return len(self._live_set) - len(left_out), bool(busy - left_out)
+        return len(self._live_set) - len(left_out), bool(self._busy - left_out)
 
 
 def hold(batch: matching.Match, now: datetime, engine: delivery.Timing) -> tuple[set[str], list[str]]:
