@@ -3,7 +3,7 @@
 No connection is opened at import time (workers fork). SQLite runs in WAL mode with a
 busy timeout, and every write transaction takes the write lock up front
 (``BEGIN IMMEDIATE``) so that two writers queue instead of failing with "database is
-locked" halfway through.
+locked" halfway through (`write_transaction`).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import os
+import threading
 import time
 import weakref
 from collections.abc import Iterator
@@ -83,8 +84,10 @@ _pools: weakref.WeakSet[SqlitePool] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
+    global _writers
     for pool in list(_pools):
         pool.forget_inherited()
+    _writers = threading.Lock()  # a thread of the parent may have held it: none runs here
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -127,12 +130,14 @@ def without_lock_wait() -> Iterator[None]:
         yield
         return
     with database.connection_context():
-        waited = database.execute_sql("PRAGMA busy_timeout").fetchone()[0]
-        database.execute_sql("PRAGMA busy_timeout = 0")
+        # On the driver's connection: peewee's own statement path costs more than the pragma.
+        connection = database.connection()
+        waited = connection.execute("PRAGMA busy_timeout").fetchone()[0]
+        connection.execute("PRAGMA busy_timeout = 0")
         try:
             yield
         finally:
-            database.execute_sql(f"PRAGMA busy_timeout = {int(waited)}")
+            connection.execute(f"PRAGMA busy_timeout = {int(waited)}")
 
 
 def is_busy(error: BaseException) -> bool:
@@ -161,50 +166,56 @@ def lock_rows(query: peewee.ModelSelect[Any]) -> None:
         list(query.for_update())
 
 
-def write_transaction() -> peewee._atomic:
-    """A write transaction that takes the write lock up front on SQLite."""
-    if is_sqlite():
-        return database.atomic("IMMEDIATE")
-    return database.atomic()
+# How long the writer at the front of its process's queue sleeps between its tries at
+# SQLite's write lock.
+WRITE_LOCK_RETRY_SECONDS = 0.001
 
-
-# How long a prompt writer sleeps between its tries at SQLite's write lock.
-PROMPT_LOCK_RETRY_SECONDS = 0.001
+# The threads of one process that write queue here for SQLite's write lock, each woken as the
+# one before it commits (docs/decisions.md#write-lock-queue).
+_writers = threading.Lock()
 
 
 @contextlib.contextmanager
-def prompt_write_transaction() -> Iterator[None]:
-    """`write_transaction`, for writes due at a time (a schedule's firing): on SQLite, the
-    write lock is tried every `PROMPT_LOCK_RETRY_SECONDS` (within the same busy timeout)
-    instead of by SQLite's busy handler, whose sleeps grow up to 100 ms each: a firing
-    that found a turn's write in progress would wait up to 100 ms after it ended
-    (docs/decisions.md#prompt-lock-for-firings). Only `BEGIN IMMEDIATE` is retried; once it
-    holds the lock, the transaction runs with the busy timeout as before."""
-    if not is_sqlite():
+def write_transaction() -> Iterator[None]:
+    """A write transaction; inside another, a savepoint.
+
+    On SQLite it takes the write lock up front (`BEGIN IMMEDIATE`), so that two writers queue
+    instead of failing with "database is locked" halfway through. How they queue:
+    - the threads of one process wait for their turn on a lock of the process's own, and the
+      thread whose turn it is tries SQLite's lock, which only other processes can hold then;
+    - it tries every `WRITE_LOCK_RETRY_SECONDS`, not by SQLite's busy handler, whose sleeps
+      grow to 100 ms: a writer would wait up to 100 ms after the lock came free.
+    Both waits together are bounded by the busy timeout; past it the transaction fails as
+    busy (`is_busy`) and writes nothing. Once it holds the lock, its statements run with the
+    busy timeout as before (docs/decisions.md#write-lock-queue).
+    """
+    if not is_sqlite() or database.in_transaction():
         with database.atomic():
             yield
         return
-    if database.in_transaction():
-        with database.atomic():  # a savepoint: the lock is held already
-            yield
-        return
-    waited = int(database.execute_sql("PRAGMA busy_timeout").fetchone()[0])
+    connection = database.connection()
+    waited = int(connection.execute("PRAGMA busy_timeout").fetchone()[0])
     deadline = time.monotonic() + waited / 1000
-    with contextlib.ExitStack() as stack:
-        database.execute_sql("PRAGMA busy_timeout = 0")
-        try:
-            while True:
-                try:
-                    # A failed BEGIN leaves no transaction behind (peewee pushes it only after).
-                    stack.enter_context(database.atomic("IMMEDIATE"))
-                    break
-                except peewee.OperationalError as error:
-                    if not is_busy(error) or time.monotonic() >= deadline:
-                        raise
-                time.sleep(PROMPT_LOCK_RETRY_SECONDS)
-        finally:
-            database.execute_sql(f"PRAGMA busy_timeout = {waited}")
-        yield
+    if not _writers.acquire(timeout=waited / 1000):
+        raise peewee.OperationalError("database is locked (other writers of this process held it past the busy timeout)")
+    try:
+        with contextlib.ExitStack() as stack:
+            connection.execute("PRAGMA busy_timeout = 0")
+            try:
+                while True:
+                    try:
+                        # A failed BEGIN leaves no transaction behind (peewee pushes it only after).
+                        stack.enter_context(database.atomic("IMMEDIATE"))
+                        break
+                    except peewee.OperationalError as error:
+                        if not is_busy(error) or time.monotonic() >= deadline:
+                            raise
+                    time.sleep(WRITE_LOCK_RETRY_SECONDS)
+            finally:
+                connection.execute(f"PRAGMA busy_timeout = {waited}")
+            yield
+    finally:
+        _writers.release()
 
 
 def checkpoint() -> None:

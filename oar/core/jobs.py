@@ -11,11 +11,16 @@ import logging
 import redis
 
 from oar.core.models import Setting, Subscription
+from oar.core.prepared import Prepared
 from oar.core.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
 RUN_TURNS = "workers.turns.run_turns"
+# How long Redis keeps a finished turn job. Not 0: RQ deletes such a job from every registry
+# as it ends, which costs the worker twice the CPU of letting it expire (0.6 ms more a turn,
+# docs/benchmarks.md#provider-streaming), and every turn of a busy worker ends beside others.
+TURN_JOB_KEPT_SECONDS = 10
 RUN_TASK = "workers.tasks.run_task"
 FIRE_SCHEDULE = "workers.schedules.fire"
 INGEST_EVENTS = "workers.delivery.ingest"
@@ -31,6 +36,10 @@ SEND_NOTIFICATIONS = "workers.notifications.send_due"
 # Written by oar.notifications with every change of the channels: how many there are, so that a
 # poke costs one indexed read on a relay that notifies nobody.
 NOTIFY_CHANNELS_KEY = "notification_channels"
+
+# Asked after every turn's outcome: their SQL built once (oar/core/prepared.py).
+_CHANNEL_COUNT = Prepared(lambda key: Setting.select(Setting.value).where(Setting.key == key).tuples())
+_ANY_WATCHER = Prepared(lambda: Subscription.select(Subscription.id).where(Subscription.ended_at.is_null()).limit(1).tuples())
 
 
 def first_nudge_in_a_while(runtime: Runtime, key: str) -> bool:
@@ -49,7 +58,7 @@ def poke_delivery(runtime: Runtime) -> None:
     """Ask a worker to ingest new events (after they are committed); the clock's sweeper
     does it anyway if Redis is unreachable. The owner's notifications are told too."""
     poke_notifications(runtime)
-    if not Subscription.select().where(Subscription.ended_at.is_null()).exists():
+    if not _ANY_WATCHER.rows():
         return  # nobody watches: the clock's sweeper moves the cursor on
     try:
         runtime.queue.enqueue(INGEST_EVENTS, result_ttl=0, failure_ttl=86_400)
@@ -60,8 +69,8 @@ def poke_delivery(runtime: Runtime) -> None:
 def poke_notifications(runtime: Runtime) -> None:
     """Ask a worker to look for what the owner should hear about (after a card, a question or
     an event is committed); the clock's sweep does it anyway (docs/notifications.md#reliable)."""
-    row = Setting.get_or_none(Setting.key == NOTIFY_CHANNELS_KEY)
-    if row is None or not row.value:
+    row = _CHANNEL_COUNT.first(NOTIFY_CHANNELS_KEY)
+    if row is None or not row[0]:
         return  # no channel: nothing to send
     try:
         runtime.queue.enqueue(SEND_NOTIFICATIONS, result_ttl=0, failure_ttl=86_400)

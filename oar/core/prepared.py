@@ -55,13 +55,8 @@ class Prepared:
         self._lock = threading.Lock()
 
     def rows(self, *values: Any) -> list[Any]:
-        shape = (type(database.obj), *(len(v) if isinstance(v, (list, tuple)) else None for v in values))
-        compiled = self._compiled.get(shape) or self._compile(shape)
-        params = list(compiled.params)
-        flat = [item for value in values for item in (value if isinstance(value, (list, tuple)) else (value,))]
-        for index, value in zip(compiled.slots, flat, strict=True):
-            params[index] = value
-        cursor = database.execute_sql(compiled.sql, params)
+        compiled = self._compiled_for(values)
+        cursor = database.execute_sql(*self._bound(values, compiled))
         if compiled.make is None:
             return list(compiled.query._get_cursor_wrapper(cursor))
         return [compiled.make(row) for row in cursor.fetchall()]
@@ -69,6 +64,25 @@ class Prepared:
     def first(self, *values: Any) -> Any:
         found = self.rows(*values)
         return found[0] if found else None
+
+    def execute(self, *values: Any) -> int:
+        """Run a prepared `UPDATE` or `DELETE`; the number of rows it changed. A value that
+        a field would convert (a JSON field's) is given converted and its placeholder wrapped
+        in `peewee.Value(placeholder, converter=False)`, so that peewee keeps it as it is."""
+        cursor = database.execute_sql(*self._bound(values))
+        return int(cursor.rowcount)
+
+    def _compiled_for(self, values: Sequence[Any]) -> _Compiled:
+        shape = (type(database.obj), *(len(v) if isinstance(v, (list, tuple)) else None for v in values))
+        return self._compiled.get(shape) or self._compile(shape)
+
+    def _bound(self, values: Sequence[Any], compiled: _Compiled | None = None) -> tuple[str, list[Any]]:
+        compiled = compiled or self._compiled_for(values)
+        params = list(compiled.params)
+        flat = [item for value in values for item in (value if isinstance(value, (list, tuple)) else (value,))]
+        for index, value in zip(compiled.slots, flat, strict=True):
+            params[index] = value
+        return compiled.sql, params
 
     def _compile(self, shape: tuple[Any, ...]) -> _Compiled:
         counter = iter(range(1_000_000))
@@ -85,7 +99,8 @@ class Prepared:
         if sorted(where) != sorted(wanted):
             raise ValueError(f"prepared query: placeholders changed by the query ({sql})")
         compiled = _Compiled(
-            query=query, sql=sql, params=tuple(params), slots=tuple(where[slot] for slot in wanted), make=_maker(query),
+            query=query, sql=sql, params=tuple(params), slots=tuple(where[slot] for slot in wanted),
+            make=_maker(query) if isinstance(query, peewee.SelectBase) else None,
         )
         if all(length is None or length <= KEPT_LIST_LENGTH for length in shape[1:]):
             with self._lock:

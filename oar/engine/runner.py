@@ -19,22 +19,20 @@ from typing import Any
 import redis
 
 from oar import providers
-from oar.actions.context import CallContext
-from oar.actions.dispatch import dispatch
 from oar.actions.schema import relay_tool, system_prompt
 from oar.approvals import cards, questions
-from oar.background import output_files, tasks
-from oar.core import events, ids, jobs, keys
-from oar.core.db import database, lock_rows, release_connection, write_transaction
+from oar.background import output_files
+from oar.core import events, jobs, keys
+from oar.core.db import database, release_connection, write_transaction
 from oar.core.models import Message, Question, Session
 from oar.core.runtime import Runtime
 from oar.core.signals import publish
-from oar.core.statuses import LIVE_TURN, QuestionStatus, TaskStatus, TurnStatus
+from oar.core.statuses import LIVE_TURN, QuestionStatus, TurnStatus
 from oar.core.timeutil import utcnow
 from oar.core.waiting import Look, not_yet, settled, wait_on_signals
+from oar.engine import turn_services as services
+from oar.engine.outcomes import finish
 from oar.engine.partial_writer import PartialWriter
-from oar.openclaw import runs as openclaw_runs
-from oar.openclaw import tools as openclaw_tools
 from oar.providers import usage
 from oar.providers.base import (
     Activity,
@@ -49,7 +47,7 @@ from oar.providers.base import (
     Usage,
     safe_agent_session_id,
 )
-from oar.turns import external, turns
+from oar.turns import external
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +58,14 @@ WATCHER_EXIT_SECONDS = 5
 def run_turns(runtime: Runtime, session_id: str) -> int:
     """Run the session's queued turns in order until none is left; returns how many ran."""
     ran = 0
-    while (turn := claim_next_turn(session_id)) is not None:
+    turn = claim_next_turn(session_id)
+    while turn is not None:
         runtime.signal_turn(turn.id)
-        execute(runtime, turn)
+        queued_behind = execute(runtime, turn)
         ran += 1
+        # A prompt queued after the outcome was recorded is its own job's to claim: the session
+        # was free when it was committed (docs/operations.md#durability-and-recovery).
+        turn = claim_next_turn(session_id) if queued_behind else None
     return ran
 
 
@@ -163,17 +165,22 @@ class TurnWatcher(threading.Thread):
         self.deadline += time.monotonic() - self._paused_at
 
     def finish(self) -> tuple[bool, bool]:
-        """End the watch at once (the thread may be blocked waiting for a stop signal); returns
-        (stopped, timed_out) as they are now.
+        """End the watch at once; returns (stopped, timed_out) as they are now.
 
-        It does not wait for the thread to exit: the thread may be in a database check or waiting
-        for a core, and that wait would come between the stream's end and the recorded outcome
-        (docs/benchmarks.md#provider-streaming). A stop that the watcher sees only now came after
-        the reply was complete; a stop that ended the stream had set these before it cancelled.
+        It neither waits for the thread to exit nor wakes it (`close` does both, after the
+        outcome is recorded): the thread may be in a database check or waiting for a core, and
+        neither that wait nor a Redis round trip should come between the stream's end and the
+        recorded outcome (docs/benchmarks.md#provider-streaming). A stop that the watcher sees
+        only now came after the reply was complete; a stop that ended the stream had set these
+        before it cancelled.
         """
         self.finished.set()
-        publish(self.runtime.redis, keys.turn_stop_channel(self.runtime.config.namespace, self.turn_id))
         return self.stopped, self.timed_out
+
+    def close(self) -> None:
+        """Wake the thread (it may be blocked waiting for a stop signal) and let it exit."""
+        publish(self.runtime.redis, keys.turn_stop_channel(self.runtime.config.namespace, self.turn_id))
+        self.join(timeout=WATCHER_EXIT_SECONDS)
 
     def _subscribe(self) -> Any:
         try:
@@ -193,33 +200,33 @@ class TurnWatcher(threading.Thread):
             self.finished.wait(seconds)
 
 
-def execute(runtime: Runtime, turn: Message) -> None:
+def execute(runtime: Runtime, turn: Message) -> bool:
+    """Run one claimed turn and record its outcome; True if another prompt of the session was
+    queued by then (see `finish`)."""
     session = Session.get_by_id(turn.session_id)
     provider = providers.get(session.provider)
     if provider is None:
-        finish(runtime, turn, TurnStatus.FAILED, "", f'Provider "{session.provider}" is not configured on this relay.')
-        return
+        return finish(runtime, turn, TurnStatus.FAILED, "", f'Provider "{session.provider}" is not configured on this relay.')
     if usage.token_cap(provider) is not None and usage.meter(provider, utcnow()).capped:
         cap = usage.token_cap(provider)
-        finish(runtime, turn, TurnStatus.FAILED, "", f"{provider.name} is over its monthly token cap of {cap:,}; the turn did not run.")
-        return
+        return finish(runtime, turn, TurnStatus.FAILED, "", f"{provider.name} is over its monthly token cap of {cap:,}; the turn did not run.")
     if provider.kind == "external":  # the attached process long-polls for this turn
         external.announce(runtime, session.id)
     model = provider.model_for(turn.model)
     if model != turn.model:  # a model that no longer belongs to the provider is not sent (docs/providers.md)
         Message.update(model=model).where(Message.id == turn.id).execute()
         turn.model = model
-    control = TurnControl(call_relay_tool=lambda args: call_relay_tool_as(runtime, session.id, turn.id, args))
-    control.call_openclaw = lambda tool, args: call_openclaw_as(runtime, session.id, turn.id, tool, args)
+    control = TurnControl(call_relay_tool=lambda args: services.call_relay_tool_as(runtime, session.id, turn.id, args))
+    control.call_openclaw = lambda tool, args: services.call_openclaw_as(runtime, session.id, turn.id, tool, args)
     watcher = TurnWatcher(runtime, turn, control, runtime.settings()["max_turn_seconds"])
     control.ask_user = lambda question, options, allow_freeform=True: ask_user(
         runtime, turn, watcher, control, question, options, allow_freeform
     )
-    control.start_task = lambda command: start_task(runtime, session.id, turn.id, command)
+    control.start_task = lambda command: services.start_task(runtime, session.id, turn.id, command)
     control.receive_external = lambda seconds: external.receive(runtime, turn.id, seconds)
-    control.note_reachable = lambda reachable: note_reachable(provider.name, reachable)
-    control.recall = lambda key: recall(runtime, session.id, key)
-    control.remember = lambda key, value: remember(runtime, session.id, key, value)
+    control.note_reachable = lambda reachable: services.note_reachable(provider.name, reachable)
+    control.recall = lambda key: services.recall(runtime, session.id, key)
+    control.remember = lambda key, value: services.remember(runtime, session.id, key, value)
     reported_tasks: dict[str, str] = {}  # the agent's task id → the relay's
     used: list[Usage] = []
     watcher.start()
@@ -235,7 +242,7 @@ def execute(runtime: Runtime, turn: Message) -> None:
         task_output_dir=output_files.prepare_agent_folder(runtime, session.id) if provider.writes_task_output else None,
         connect_timeout=runtime.time("PROVIDER_CONNECT_TIMEOUT_SECONDS"),
         read_timeout=runtime.time("PROVIDER_READ_TIMEOUT_SECONDS"),
-        history=lambda: history_of(session.id, turn.seq),
+        history=lambda: services.history_of(session.id, turn.seq),
         system_prompt=system_prompt(),
         relay_tool=relay_tool(),
     )
@@ -268,9 +275,9 @@ def execute(runtime: Runtime, turn: Message) -> None:
                 Message.update(output_truncated=True).where(Message.id == turn.id).execute()
                 release_connection()
             elif isinstance(event, TaskReported):
-                reported_tasks[event.agent_task_id] = record_reported_task(runtime, session.id, turn.id, event)
+                reported_tasks[event.agent_task_id] = services.record_reported_task(runtime, session.id, turn.id, event)
             elif isinstance(event, TaskEnded) and event.agent_task_id in reported_tasks:
-                end_reported_task(runtime, reported_tasks[event.agent_task_id], event)
+                services.end_reported_task(runtime, reported_tasks[event.agent_task_id], event)
             if control.cancelled.is_set():
                 break
     except Exception:
@@ -279,65 +286,23 @@ def execute(runtime: Runtime, turn: Message) -> None:
         failure = f"The {provider.name} provider failed unexpectedly (log reference {reference})."
     finally:
         stopped, timed_out = watcher.finish()
-    end_leftover_tasks(runtime, list(reported_tasks.values()))
-    text, activities = stream.text, stream.recent_activities()
-    metered = [(provider.name, event) for event in used]
-    if timed_out:
-        limit = runtime.settings()["max_turn_seconds"]
-        finish(runtime, turn, TurnStatus.FAILED, text, f"The turn ran longer than the relay's limit of {limit} s and was ended.",
-               activities, metered)
-    elif stopped:
-        finish(runtime, turn, TurnStatus.STOPPED, text, None, activities, metered)
-    elif failure is not None:
-        finish(runtime, turn, TurnStatus.FAILED, text, failure, activities, metered)
-    else:
-        finish(runtime, turn, TurnStatus.DONE, text, None, activities, metered)
-    watcher.join(timeout=WATCHER_EXIT_SECONDS)
-
-
-def finish(
-    runtime: Runtime, turn: Message, status: TurnStatus, text: str, error: str | None,
-    activities: list[str] | None = None, used: list[tuple[str, Usage]] | None = None,
-) -> bool:
-    """Record a turn's outcome; False when the turn had already been settled elsewhere.
-
-    `activities`: the turn's last activity lines, written with the outcome because the stream
-    skips a write while another writer holds the lock (the last tool line would be lost).
-    `used`: the tokens its provider reported, (provider name, usage) each; recorded whatever
-    the outcome."""
-    now = utcnow()
-    keep_reply = status == TurnStatus.DONE or (status == TurnStatus.STOPPED and text)
-    reply_id = ids.message_id() if keep_reply else None
-    with write_transaction():
-        lock_rows(Session.select(Session.id).where(Session.id == turn.session_id))
-        for provider_name, reported in used or []:
-            usage.record(provider_name, turn.model, turn.session_id, turn.id, reported.input_tokens, reported.output_tokens)
-        settled = (
-            Message.update(
-                status=status, error=error, partial_text=text, reply_id=reply_id, completed_at=now,
-                **({"activities": activities} if activities else {}),
-            )
-            .where((Message.id == turn.id) & Message.status.in_(LIVE_TURN))
-            .execute()
-        )
-        if settled and reply_id:
-            Message.create(
-                id=reply_id, session=turn.session_id, role="assistant", text=text, created_at=now,
-                from_kind="user", model=turn.model,
-            )
-        if settled:
-            turns.record_turn_events(turn, status, text, error, now)
-        Session.update(
-            active_turn=None,
-            last_activity_at=now,
-            message_count=Session.message_count + (1 if settled and reply_id else 0),
-        ).where((Session.id == turn.session_id) & (Session.active_turn == turn.id)).execute()
-    runtime.signal_turn(turn.id)
-    if settled:
-        jobs.poke_delivery(runtime)
-        # An OpenClaw run waiting for this turn takes its next step now (the clock's sweep after a crash).
-        openclaw_runs.turn_ended(runtime, turn.id)
-    return bool(settled)
+    try:
+        services.end_leftover_tasks(runtime, list(reported_tasks.values()))
+        text, activities = stream.text, stream.recent_activities()
+        metered = [(provider.name, event) for event in used]
+        error: str | None = None
+        if timed_out:
+            limit = runtime.settings()["max_turn_seconds"]
+            status, error = TurnStatus.FAILED, f"The turn ran longer than the relay's limit of {limit} s and was ended."
+        elif stopped:
+            status = TurnStatus.STOPPED
+        elif failure is not None:
+            status, error = TurnStatus.FAILED, failure
+        else:
+            status = TurnStatus.DONE
+        return finish(runtime, turn, status, text, error, activities, metered)
+    finally:
+        watcher.close()
 
 
 def ask_user(
@@ -397,103 +362,3 @@ def _wait_for_answer(runtime: Runtime, question_id: str, control: TurnControl) -
         runtime, [keys.question_channel(runtime.config.namespace, question_id)], look,
         recheck_seconds=runtime.time("STOP_POLL_SECONDS"),
     )
-
-
-def start_task(runtime: Runtime, session_id: str, turn_id: str, command: str) -> str:
-    """A background task the turn starts; it runs in its own job and outlives the turn."""
-    try:
-        return tasks.start(runtime, Session.get_by_id(session_id), command, turn_id=turn_id).id
-    finally:
-        release_connection()
-
-
-def record_reported_task(runtime: Runtime, session_id: str, turn_id: str, reported: TaskReported) -> str:
-    """A background task the agent runs itself, recorded (never run) as one of the session's tasks."""
-    try:
-        return tasks.record_reported(
-            runtime, session_id, turn_id, description=reported.description, type=reported.type,
-            output_file=reported.output_file,
-        ).id
-    finally:
-        release_connection()
-
-
-def end_reported_task(runtime: Runtime, task_id: str, ended: TaskEnded) -> None:
-    try:
-        tasks.end_reported(runtime, task_id, ended.status, ended.note, ended.output_file)
-    finally:
-        release_connection()
-
-
-def end_leftover_tasks(runtime: Runtime, task_ids: list[str]) -> None:
-    """The records of tasks the agent reported and did not end, end with its turn: the relay
-    can follow an agent's own task only through that turn (ended ones stay as they are)."""
-    try:
-        for task_id in task_ids:
-            tasks.finish(runtime, task_id, TaskStatus.KILLED, None, tasks.AGENT_GONE_TEXT)
-    finally:
-        release_connection()
-
-
-def note_reachable(provider_name: str, reachable: bool) -> None:
-    try:
-        providers.note_reachable(provider_name, reachable)
-    finally:
-        release_connection()
-
-
-# Notes a provider keeps about a session between turns: best effort, so Redis, for a month.
-NOTE_SECONDS = 30 * 86_400
-
-
-def _note_key(runtime: Runtime, session_id: str, key: str) -> str:
-    return keys.provider_note(runtime.config.namespace, session_id, key)
-
-
-def recall(runtime: Runtime, session_id: str, key: str) -> str | None:
-    try:
-        value = runtime.redis.get(_note_key(runtime, session_id, key))
-    except redis.RedisError:
-        return None
-    if value is None:
-        return None
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
-
-
-def remember(runtime: Runtime, session_id: str, key: str, value: str | None) -> None:
-    try:
-        if value is None:
-            runtime.redis.delete(_note_key(runtime, session_id, key))
-        else:
-            runtime.redis.set(_note_key(runtime, session_id, key), value.encode("utf-8"), ex=NOTE_SECONDS)
-    except redis.RedisError:
-        log.warning("a note of session %s was not kept: Redis is unavailable", session_id)
-
-
-def history_of(session_id: str, before_seq: int) -> list[dict[str, str]]:
-    rows = (
-        Message.select(Message.role, Message.text)
-        .where((Message.session == session_id) & (Message.seq < before_seq))
-        .order_by(Message.seq)
-    )
-    history = [{"role": row.role, "text": row.text} for row in rows]
-    release_connection()
-    return history
-
-
-def call_relay_tool_as(runtime: Runtime, session_id: str, turn_id: str, payload: dict[str, Any]) -> dict[str, Any]:
-    """`relay_tool` called by the session's own agent during this turn."""
-    caller = Session.get_by_id(session_id)
-    turn = Message.get(Message.id == turn_id)
-    _status, body = dispatch(CallContext(runtime=runtime, caller=caller, turn=turn, via="provider"), payload)
-    release_connection()
-    return body
-
-
-def call_openclaw_as(runtime: Runtime, session_id: str, turn_id: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    """One of OpenClaw's session tools called by the session's own agent during this turn (echo's `!openclaw`)."""
-    caller = Session.get_by_id(session_id)
-    turn = Message.get(Message.id == turn_id)
-    _status, body = openclaw_tools.call(CallContext(runtime=runtime, caller=caller, turn=turn, via="provider"), tool, arguments)
-    release_connection()
-    return body

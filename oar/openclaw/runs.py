@@ -21,6 +21,7 @@ from peewee import JOIN
 from oar import lifecycle
 from oar.core.db import write_transaction
 from oar.core.models import Message, Session
+from oar.core.prepared import Prepared
 from oar.core.runtime import Runtime
 from oar.core.statuses import FINISHED_TURN, TurnStatus
 from oar.core.timeutil import utcnow
@@ -81,6 +82,10 @@ def start(runtime: Runtime, fields: dict[str, Any]) -> Run:
     return run
 
 
+# Asked after every turn's outcome, mostly finding none: its SQL built once (oar/core/prepared.py).
+_AWAITING = Prepared(lambda turn_id: Run.select().where(Run.awaiting_message_id == turn_id).limit(1))
+
+
 def turn_ended(runtime: Runtime, turn_id: str) -> None:
     """The engine's hook, after a turn's outcome is committed: the run waiting for it goes on."""
     try:
@@ -91,7 +96,7 @@ def turn_ended(runtime: Runtime, turn_id: str) -> None:
 
 def advance(runtime: Runtime, turn_id: str) -> bool:
     """Take the next step of the run waiting for this turn, if the turn has ended; True if one was taken."""
-    run = Run.get_or_none(Run.awaiting_message_id == turn_id)
+    run = _AWAITING.first(turn_id)
     if run is None:
         return False
     turn = Message.get_or_none(Message.id == turn_id)

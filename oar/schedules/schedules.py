@@ -20,7 +20,7 @@ from typing import Any
 
 from oar.approvals import loop
 from oar.core import defaults, ids
-from oar.core.db import prompt_write_transaction, write_transaction
+from oar.core.db import write_transaction
 from oar.core.models import Message, Schedule, Session
 from oar.core.runtime import Runtime
 from oar.core.statuses import OPEN_TURN, SCHEDULE_ENDED_WITH_SESSION, ScheduleEndReason, TurnStatus
@@ -149,8 +149,8 @@ def fire_one(runtime: Runtime, schedule_id: str, now: datetime, *, announce: boo
     claimed_due = schedule.due_at
     started: Message | None = None
     try:
-        # Prompt: the firing's lag is how long it waits for the write lock (docs/decisions.md#prompt-lock-for-firings).
-        with prompt_write_transaction():
+        # The firing's lag is how long it waits for the write lock (docs/decisions.md#write-lock-queue).
+        with write_transaction():
             # The claim: only one transaction moves this schedule off the due time it read.
             claimed = (
                 Schedule.update(due_at=None)

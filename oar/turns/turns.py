@@ -116,7 +116,9 @@ def start_turns_of(runtime: Runtime, session_ids: list[str]) -> None:
         return
     try:
         runtime.queue.enqueue_many([
-            Queue.prepare_data(jobs.RUN_TURNS, (session_id,), timeout=-1, result_ttl=0, failure_ttl=86_400)
+            Queue.prepare_data(
+                jobs.RUN_TURNS, (session_id,), timeout=-1, result_ttl=jobs.TURN_JOB_KEPT_SECONDS, failure_ttl=86_400
+            )
             for session_id in session_ids
         ])
     except Exception as error:  # noqa: BLE001 - any Redis failure leaves it to the reconciler

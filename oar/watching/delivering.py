@@ -17,7 +17,7 @@ from typing import Any
 from peewee import DoesNotExist, fn
 
 from oar.core import keys, lease_lock
-from oar.core.db import database, prompt_write_transaction, released_connection
+from oar.core.db import database, released_connection, write_transaction
 from oar.core.models import HeldEvent, Session, Subscription, Wakeup
 from oar.core.prepared import Prepared
 from oar.core.runtime import Runtime
@@ -169,7 +169,7 @@ def deliver_group(runtime: Runtime, watcher_ids: list[str], now: datetime, lines
     written: list[_Planned] = []
     if planned:
         try:
-            with prompt_write_transaction():
+            with write_transaction():
                 for plan in planned:
                     try:
                         with database.atomic():  # a savepoint: what fails is undone alone

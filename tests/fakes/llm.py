@@ -40,13 +40,39 @@ class Plan:
 
 
 class WholeChunkHandler(WSGIRequestHandler):
-    """Sends each chunk of a streamed answer in one write, as API servers do.
+    """Sends each chunk of a streamed answer in one write, and the end of the answer at once,
+    as API servers do.
 
     werkzeug's handler writes a chunk's size line, data and end unbuffered (four sends, often
-    two TCP segments); it flushes after each chunk, so a buffered writer sends one each.
+    two TCP segments); it flushes after each chunk, so a buffered writer sends one each. It
+    does not flush the last chunk (the end of a chunked body): that waited in the buffer while
+    werkzeug looked for unread request bytes for 10 ms, and every streamed turn then ended
+    10 ms after the fake's `last_byte` (docs/benchmarks.md#provider-streaming).
     """
 
     wbufsize = -1
+
+    def setup(self) -> None:
+        super().setup()
+        self.wfile = _EndFlushed(self.wfile)  # type: ignore[assignment]
+
+
+class _EndFlushed:
+    """A buffered writer that sends the last chunk of a chunked body as soon as it is written."""
+
+    LAST_CHUNK = b"0\r\n\r\n"
+
+    def __init__(self, buffered: Any) -> None:
+        self._buffered = buffered
+
+    def write(self, data: bytes) -> int:
+        written = self._buffered.write(data)
+        if data == self.LAST_CHUNK:
+            self._buffered.flush()
+        return int(written)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._buffered, name)
 
 
 class FakeLLM:
