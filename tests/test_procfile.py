@@ -16,6 +16,7 @@ import psutil
 import pytest
 import requests
 
+from oar.core.config import Config
 from oar.core.db import POSTGRES_POOL
 from tests.support.clients import Agent, Owner
 from tests.support.relays import WEB, RelayStack, make_config, relay_environment
@@ -38,13 +39,14 @@ FAST_TIMES = {
     "STOP_POLL_SECONDS": "0.5",
 }
 CONCURRENT_SENDS = 100
-# gunicorn.conf.py's web workers on this machine, the 2 worker processes and the clock.
-PROCESSES_USING_THE_DATABASE = min(4, (os.cpu_count() or 1) * 2 + 1) + 2 + 1
+# gunicorn.conf.py's web workers on this machine, the worker processes and the clock.
+PROCESSES_USING_THE_DATABASE = min(4, (os.cpu_count() or 1) * 2 + 1) + Config().worker_processes + 1
 # Each conversation sends 4 prompts and waits on them at once: the most waits one conversation may
 # hold (docs/limits.md#waits-at-once), and under the loop limit of 30 (docs/rules.md#loop-protection).
 SENDERS = 25
-# Each worker process runs up to OAR_WORKER_THREADS (default 32) turns at once: 100 turns of
-# 3 s on 2 processes take about two rounds, so most sends come back done within wait_seconds.
+# The worker processes run up to 64 turns at once by default (OAR_WORKER_PROCESSES ×
+# OAR_WORKER_THREADS): 100 turns of 3 s take about two rounds, so most sends come back done
+# within wait_seconds.
 TURN_SLEEP = "3"
 
 

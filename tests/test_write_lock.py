@@ -35,7 +35,7 @@ def _waiting_in_queue(thread: threading.Thread) -> bool:
     """The thread is blocked taking its process's writer queue (`db._writers`), as its stack shows."""
     frame = sys._current_frames().get(thread.ident or 0)
     while frame is not None:
-        if frame.f_code is db.write_transaction.__wrapped__.__code__:
+        if frame.f_code is db._QueuedWrite.__enter__.__code__:
             return "_writers.acquire" in linecache.getline(frame.f_code.co_filename, frame.f_lineno)
         frame = frame.f_back
     return False

@@ -41,7 +41,7 @@ SQLITE_PRAGMAS = {
 # PostgreSQL: connections per process, shared by its threads. Threads hold one only while
 # they use it (waits and running turns give theirs back), so a few serve many threads; a
 # thread that finds them all in use waits for one instead of failing. The default fits
-# the default process group (4 web + 2 worker processes + the clock) under PostgreSQL's
+# the default process group (4 web + 4 worker processes + the clock) under PostgreSQL's
 # default limit of 100 connections.
 POSTGRES_POOL = {"max_connections": 8, "timeout": 30, "stale_timeout": 300}
 
@@ -58,6 +58,8 @@ SQLITE_STALE_SECONDS = 300
 class SqlitePool(PooledSqliteDatabase):
     """SQLite with given-back connections kept for reuse, at most `SQLITE_IDLE_KEPT` of them;
     no limit on connections in use (each thread that queries has its own, as without a pool)."""
+
+    busy_ms = 30_000  # every connection's busy timeout (`open_database` sets it from the config)
 
     def _close(self, conn: Any, close_conn: bool = False) -> None:
         with self._pool_lock:
@@ -115,6 +117,7 @@ def open_database(config: Config) -> peewee.Database:
             max_connections=None, stale_timeout=SQLITE_STALE_SECONDS,
             check_same_thread=False,  # a kept connection serves the next thread; one thread at a time
         )
+        db.busy_ms = int(busy * 1000)
         _pools.add(db)
     database.initialize(db)
     return db
@@ -132,12 +135,11 @@ def without_lock_wait() -> Iterator[None]:
     with database.connection_context():
         # On the driver's connection: peewee's own statement path costs more than the pragma.
         connection = database.connection()
-        waited = connection.execute("PRAGMA busy_timeout").fetchone()[0]
         connection.execute("PRAGMA busy_timeout = 0")
         try:
             yield
         finally:
-            connection.execute(f"PRAGMA busy_timeout = {int(waited)}")
+            connection.execute(f"PRAGMA busy_timeout = {database.obj.busy_ms}")
 
 
 def is_busy(error: BaseException) -> bool:
@@ -175,8 +177,7 @@ WRITE_LOCK_RETRY_SECONDS = 0.001
 _writers = threading.Lock()
 
 
-@contextlib.contextmanager
-def write_transaction() -> Iterator[None]:
+def write_transaction() -> contextlib.AbstractContextManager[Any]:
     """A write transaction; inside another, a savepoint.
 
     On SQLite it takes the write lock up front (`BEGIN IMMEDIATE`), so that two writers queue
@@ -190,32 +191,44 @@ def write_transaction() -> Iterator[None]:
     busy timeout as before (docs/decisions.md#write-lock-queue).
     """
     if not is_sqlite() or database.in_transaction():
-        with database.atomic():
-            yield
-        return
-    connection = database.connection()
-    waited = int(connection.execute("PRAGMA busy_timeout").fetchone()[0])
-    deadline = time.monotonic() + waited / 1000
-    if not _writers.acquire(timeout=waited / 1000):
-        raise peewee.OperationalError("database is locked (other writers of this process held it past the busy timeout)")
-    try:
-        with contextlib.ExitStack() as stack:
+        return database.atomic()
+    return _QueuedWrite()
+
+
+class _QueuedWrite:
+    """`write_transaction` on SQLite outside a transaction (a class: it is on every write's path)."""
+
+    def __enter__(self) -> None:
+        busy_ms: int = database.obj.busy_ms
+        connection = database.connection()
+        if not _writers.acquire(timeout=busy_ms / 1000):
+            raise peewee.OperationalError("database is locked (other writers of this process held it past the busy timeout)")
+        try:
+            deadline = time.monotonic() + busy_ms / 1000
             connection.execute("PRAGMA busy_timeout = 0")
             try:
                 while True:
+                    transaction = database.atomic("IMMEDIATE")
                     try:
                         # A failed BEGIN leaves no transaction behind (peewee pushes it only after).
-                        stack.enter_context(database.atomic("IMMEDIATE"))
+                        transaction.__enter__()
                         break
                     except peewee.OperationalError as error:
                         if not is_busy(error) or time.monotonic() >= deadline:
                             raise
                     time.sleep(WRITE_LOCK_RETRY_SECONDS)
             finally:
-                connection.execute(f"PRAGMA busy_timeout = {waited}")
-            yield
-    finally:
-        _writers.release()
+                connection.execute(f"PRAGMA busy_timeout = {busy_ms}")
+        except BaseException:
+            _writers.release()
+            raise
+        self._transaction = transaction
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self._transaction.__exit__(*exc)
+        finally:
+            _writers.release()
 
 
 def checkpoint() -> None:
