@@ -135,11 +135,19 @@ def without_lock_wait() -> Iterator[None]:
     with database.connection_context():
         # On the driver's connection: peewee's own statement path costs more than the pragma.
         connection = database.connection()
+        waited = _busy_ms(connection)
         connection.execute("PRAGMA busy_timeout = 0")
         try:
             yield
         finally:
-            connection.execute(f"PRAGMA busy_timeout = {database.obj.busy_ms}")
+            connection.execute(f"PRAGMA busy_timeout = {waited}")
+
+
+def _busy_ms(connection: Any) -> int:
+    """The busy timeout every connection is set back to: the pool's, or else (a database bound
+    some other way) the connection's own, read from it."""
+    known = getattr(database.obj, "busy_ms", None)
+    return int(known if known is not None else connection.execute("PRAGMA busy_timeout").fetchone()[0])
 
 
 def is_busy(error: BaseException) -> bool:
@@ -199,8 +207,8 @@ class _QueuedWrite:
     """`write_transaction` on SQLite outside a transaction (a class: it is on every write's path)."""
 
     def __enter__(self) -> None:
-        busy_ms: int = database.obj.busy_ms
         connection = database.connection()
+        busy_ms = _busy_ms(connection)
         if not _writers.acquire(timeout=busy_ms / 1000):
             raise peewee.OperationalError("database is locked (other writers of this process held it past the busy timeout)")
         try:

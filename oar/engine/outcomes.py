@@ -119,10 +119,12 @@ def _write_group(group: list[_Outcome]) -> None:
                         _write(outcome)
                 except Exception as error:  # noqa: BLE001 - raised in its own turn's thread
                     outcome.settled, outcome.failure = False, error
-    except Exception as error:  # noqa: BLE001 - the transaction itself failed: nothing was written
+    except BaseException as error:  # the transaction itself failed (or was interrupted): nothing was written
         for outcome in group:
             outcome.settled, outcome.queued_behind = False, False
             outcome.failure = outcome.failure or error
+        if not isinstance(error, Exception):
+            raise
     finally:
         for outcome in group:
             outcome.written = True
