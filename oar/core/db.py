@@ -132,22 +132,20 @@ def without_lock_wait() -> Iterator[None]:
     if not is_sqlite():
         yield
         return
-    with database.connection_context():
-        # On the driver's connection: peewee's own statement path costs more than the pragma.
-        connection = database.connection()
-        waited = _busy_ms(connection)
-        connection.execute("PRAGMA busy_timeout = 0")
-        try:
-            yield
-        finally:
-            connection.execute(f"PRAGMA busy_timeout = {waited}")
+    with database.connection_context(), _busy_timeout_off(database.connection()):
+        yield
 
 
-def _busy_ms(connection: Any) -> int:
-    """The busy timeout every connection is set back to: the pool's, or else (a database bound
-    some other way) the connection's own, read from it."""
-    known = getattr(database.obj, "busy_ms", None)
-    return int(known if known is not None else connection.execute("PRAGMA busy_timeout").fetchone()[0])
+@contextlib.contextmanager
+def _busy_timeout_off(connection: Any) -> Iterator[None]:
+    """Statements on `connection` inside find SQLite's write lock taken at once instead of
+    waiting for it; then the pool's busy timeout again. On the driver's connection: peewee's
+    own statement path costs more than the pragma."""
+    connection.execute("PRAGMA busy_timeout = 0")
+    try:
+        yield
+    finally:
+        connection.execute(f"PRAGMA busy_timeout = {database.obj.busy_ms}")
 
 
 def is_busy(error: BaseException) -> bool:
@@ -207,14 +205,12 @@ class _QueuedWrite:
     """`write_transaction` on SQLite outside a transaction (a class: it is on every write's path)."""
 
     def __enter__(self) -> None:
-        connection = database.connection()
-        busy_ms = _busy_ms(connection)
-        if not _writers.acquire(timeout=busy_ms / 1000):
+        busy_seconds = database.obj.busy_ms / 1000
+        if not _writers.acquire(timeout=busy_seconds):
             raise peewee.OperationalError("database is locked (other writers of this process held it past the busy timeout)")
         try:
-            deadline = time.monotonic() + busy_ms / 1000
-            connection.execute("PRAGMA busy_timeout = 0")
-            try:
+            deadline = time.monotonic() + busy_seconds
+            with _busy_timeout_off(database.connection()):
                 while True:
                     transaction = database.atomic("IMMEDIATE")
                     try:
@@ -225,8 +221,6 @@ class _QueuedWrite:
                         if not is_busy(error) or time.monotonic() >= deadline:
                             raise
                     time.sleep(WRITE_LOCK_RETRY_SECONDS)
-            finally:
-                connection.execute(f"PRAGMA busy_timeout = {busy_ms}")
         except BaseException:
             _writers.release()
             raise

@@ -56,7 +56,7 @@ class Prepared:
 
     def rows(self, *values: Any) -> list[Any]:
         compiled = self._compiled_for(values)
-        cursor = database.execute_sql(*self._bound(values, compiled))
+        cursor = database.execute_sql(*_bound(compiled, values))
         if compiled.make is None:
             return list(compiled.query._get_cursor_wrapper(cursor))
         return [compiled.make(row) for row in cursor.fetchall()]
@@ -69,20 +69,12 @@ class Prepared:
         """Run a prepared `UPDATE` or `DELETE`; the number of rows it changed. A value that
         a field would convert (a JSON field's) is given converted and its placeholder wrapped
         in `peewee.Value(placeholder, converter=False)`, so that peewee keeps it as it is."""
-        cursor = database.execute_sql(*self._bound(values))
+        cursor = database.execute_sql(*_bound(self._compiled_for(values), values))
         return int(cursor.rowcount)
 
     def _compiled_for(self, values: Sequence[Any]) -> _Compiled:
         shape = (type(database.obj), *(len(v) if isinstance(v, (list, tuple)) else None for v in values))
         return self._compiled.get(shape) or self._compile(shape)
-
-    def _bound(self, values: Sequence[Any], compiled: _Compiled | None = None) -> tuple[str, list[Any]]:
-        compiled = compiled or self._compiled_for(values)
-        params = list(compiled.params)
-        flat = [item for value in values for item in (value if isinstance(value, (list, tuple)) else (value,))]
-        for index, value in zip(compiled.slots, flat, strict=True):
-            params[index] = value
-        return compiled.sql, params
 
     def _compile(self, shape: tuple[Any, ...]) -> _Compiled:
         counter = iter(range(1_000_000))
@@ -106,6 +98,15 @@ class Prepared:
             with self._lock:
                 self._compiled[shape] = compiled
         return compiled
+
+
+def _bound(compiled: _Compiled, values: Sequence[Any]) -> tuple[str, list[Any]]:
+    """The compiled SQL and its parameters with `values` in the placeholders' places."""
+    params = list(compiled.params)
+    flat = [item for value in values for item in (value if isinstance(value, (list, tuple)) else (value,))]
+    for index, value in zip(compiled.slots, flat, strict=True):
+        params[index] = value
+    return compiled.sql, params
 
 
 # Fields whose values come from both databases as Python wants them (str, int): no conversion.
