@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from rq.job import Job
+from rq.registry import FinishedJobRegistry, StartedJobRegistry
+
+from oar.core import jobs
 from tests.support.clients import Agent, denied_by_owner, poll
-from tests.support.conversations import event_lines
+from tests.support.conversations import event_lines, messages_of
 from tests.support.relays import Relay
 
 
@@ -36,6 +40,33 @@ def test_it_delivers_events_of_two_sessions_in_one_message_read_back_with_read_s
     assert any(m.get("text", "").startswith("[relay event ·") for m in read["messages"]), read
     listed = watcher.ok("list_subscriptions")["subscriptions"]
     assert listed[0]["heldCount"] == 0 and listed[0]["nextDeliveryAt"] is None
+
+
+def turn_jobs_of(relay: Relay, session_id: str) -> list[str]:
+    """The ids of the turn jobs Redis holds for the session: queued, running, or finished in
+    the last `jobs.TURN_JOB_KEPT_SECONDS`."""
+    queue, connection = relay.runtime.queue, relay.runtime.redis
+    held = [*queue.job_ids, *StartedJobRegistry(queue=queue).get_job_ids(), *FinishedJobRegistry(queue=queue).get_job_ids()]
+    return [job.id for job in Job.fetch_many(held, connection=connection)
+            if job is not None and job.func_name == jobs.RUN_TURNS and job.args == (session_id,)]
+
+
+def test_a_busy_watcher_takes_its_delivery_as_its_turn_ends_without_a_job_of_its_own(relay: Relay, desk: Agent) -> None:
+    build = desk.ok("create_session", relay="this", text="hello", title="Build", wait_seconds=30)
+    watcher = relay.conversation("watcher")
+    watcher.ok("subscribe", sessions=[build["session"]], events=["turn_end"])
+    sleeping = desk.ok("send", relay="this", session=watcher.session_id, text="!sleep 60", wait_seconds=0)["message_id"]
+    poll("the watcher's turn running", lambda: [
+        m for m in messages_of(relay, watcher.session_id) if m["id"] == sleeping and m["status"] == "running"])
+    [running_job] = turn_jobs_of(relay, watcher.session_id)
+    desk.ok("send", relay="this", session=build["session"], text="step two", wait_seconds=30)
+    [delivered] = poll("the event queued behind the turn", lambda: [
+        m for m in messages_of(relay, watcher.session_id) if m["role"] == "event"])
+    assert delivered["status"] == "queued"
+    assert turn_jobs_of(relay, watcher.session_id) == [running_job]
+    assert desk.ok("stop", relay="this", session=watcher.session_id)["stopRequested"]
+    answered = desk.ok("wait", relay="this", session=watcher.session_id, message_id=delivered["id"], wait_seconds=30)
+    assert answered["status"] == "done" and "step two" in answered["reply"]["text"], answered
 
 
 def test_a_question_is_urgent_and_once_ends_the_subscription(relay: Relay, desk: Agent) -> None:

@@ -33,6 +33,8 @@ FETCH_PEER_EVENTS = "workers.peers.fetch_events"
 DELIVER_ONE = "workers.delivery.deliver"
 # Turn what waits for the owner into notifications and send what is due (docs/notifications.md).
 SEND_NOTIFICATIONS = "workers.notifications.send_due"
+EVERY_JOB = (RUN_TURNS, RUN_TASK, FIRE_SCHEDULE, INGEST_EVENTS, DELIVER_DUE, CHECK_PEER_ASKS, FETCH_PEER_EVENTS,
+             DELIVER_ONE, SEND_NOTIFICATIONS)
 # Written by oar.notifications with every change of the channels: how many there are, so that a
 # poke costs one indexed read on a relay that notifies nobody.
 NOTIFY_CHANNELS_KEY = "notification_channels"

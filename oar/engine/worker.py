@@ -9,6 +9,7 @@ worker.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import threading
@@ -20,7 +21,7 @@ from rq.queue import Queue
 from rq.timeouts import TimerDeathPenalty
 from rq.worker_pool import WorkerPool
 
-from oar.core import lifeline
+from oar.core import jobs, lifeline
 from oar.core.config import from_environment
 from oar.core.runtime import Runtime
 
@@ -85,6 +86,12 @@ def main(processes: int | None = None) -> None:
     runtime = Runtime(config)
     ThreadedWorker.threads = config.worker_threads
     ThreadedWorker.pool_pid = os.getpid()
+    # Imported here, before the fork, as RQ would import them at each process's first job of
+    # each kind: then the first turns of a wide delivery waited 0.1 s of imports in every
+    # process, and the processes now share those modules' memory. By name, as RQ does
+    # (`oar` never imports `workers`); importing connects to nothing (workers/runtime.py).
+    for name in jobs.EVERY_JOB:
+        importlib.import_module(name.rpartition(".")[0])
     pool = WorkerPool(
         [config.namespace],
         connection=runtime.redis,

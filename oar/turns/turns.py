@@ -17,6 +17,7 @@ from oar.approvals import questions
 from oar.core import defaults, events, ids, jobs, keys
 from oar.core.db import lock_rows, write_transaction
 from oar.core.models import Message, Schedule, Session
+from oar.core.prepared import Prepared
 from oar.core.runtime import Runtime
 from oar.core.signals import publish
 from oar.core.statuses import IN_PROGRESS_TURN, LIVE_TURN, SETTLED_TURN, WAITING_BEHIND_TURN, TurnStatus
@@ -101,6 +102,22 @@ def insert_prompt(
         message_count=Session.message_count + 1, last_activity_at=now
     ).where(Session.id == session.id).execute()
     return message
+
+
+# Asked for each of the hundreds of watchers a delivery pass writes to: its SQL built once.
+_ACTIVE_TURN = Prepared(lambda session_id: Session.select(Session.active_turn).where(Session.id == session_id).tuples())
+
+
+def taken_at_turn_end(session_id: str) -> bool:
+    """Whether the prompt just queued (in this transaction, by `insert_prompt`) will be taken
+    by the session's running turn as it ends, so that no job need be enqueued for it.
+
+    A turn's outcome, written with the session row locked, looks for a queued prompt
+    (`oar.engine.outcomes`). `insert_prompt` has locked that row too (SQLite: the write lock),
+    so the turn seen running here has not written its outcome yet, and that outcome will see
+    this prompt once this transaction commits. A turn whose worker died is failed by the
+    reconciler, which then starts the queued prompts."""
+    return any(active for (active,) in _ACTIVE_TURN.rows(session_id))
 
 
 def start_turns(runtime: Runtime, session_id: str) -> None:

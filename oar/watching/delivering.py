@@ -145,6 +145,8 @@ class _Planned:
     chosen: list[Any]
     text: str
     remote: bool
+    # Whether a job must be enqueued to run the turn of the message (set as it is written).
+    starts_turn: bool = False
 
 
 def deliver_group(runtime: Runtime, watcher_ids: list[str], now: datetime, lines: held.Lines) -> dict[str, str]:
@@ -184,7 +186,9 @@ def deliver_group(runtime: Runtime, watcher_ids: list[str], now: datetime, lines
             log.exception("deliveries to %d watchers failed; trying again at the next sweep", len(planned))
             outcomes.update((plan.watcher_id, "failed") for plan in written)
             written = []
-    turns.start_turns_of(runtime, [plan.watcher_id for plan in written if not plan.remote])
+    # A busy watcher's running turn takes its message as it ends: a job each for hundreds of
+    # them would only take the CPU and the write lock from the deliveries still to make.
+    turns.start_turns_of(runtime, [plan.watcher_id for plan in written if plan.starts_turn])
     outcomes.update((plan.watcher_id, "delivered") for plan in written)
     for watcher_id, outcome in outcomes.items():
         if outcome in ("delivered", "nothing"):
@@ -219,6 +223,7 @@ def _write(runtime: Runtime, plan: _Planned, now: datetime) -> None:
         message_id = outbox.put(runtime, plan.watcher_id, plan.text, _kinds(plan.chosen), now)
     else:
         message_id = automated.insert(watcher, plan.text, turns.Provenance(kind="event", hops=0)).id
+        plan.starts_turn = not turns.taken_at_turn_end(plan.watcher_id)
     if held.claim([r.id for r in plan.chosen], now, message_id) != len(plan.chosen):
         raise held.Lost
     # The hourly cap counts wake-ups; older records are of no more use.
