@@ -4,7 +4,7 @@ A fresh relay as `python app.py`'s processes run it (web, worker, clock and the 
 Redis), an empty database, no session: after a settling pause, the CPU time (user +
 system) and wake-ups (voluntary context switches of every thread) of each process tree
 over `--seconds` (default 60), as a share of one core and per second, and the memory
-(RSS) of each. A loop that wakes many times a second shows in the wake-ups first.
+(RSS and PSS, bench/usage.py) of each. A loop that wakes many times a second shows in the wake-ups first.
 """
 
 from __future__ import annotations
@@ -40,16 +40,22 @@ def run(argv: Sequence[str]) -> int:
     lines = [
         "OAR Relay benchmark: idle",
         f"machine      load average {load_average:.2f} before measuring; {elapsed:.0f} s with nothing to do",
-        f"{'process':<10} {'CPU % of a core':>16} {'wake-ups/s':>11} {'RSS':>8}",
+        f"{'process':<10} {'CPU % of a core':>16} {'wake-ups/s':>11} {'RSS':>8} {'PSS':>8}",
     ]
-    total_cpu = total_wakeups = total_rss = 0.0
+    total_cpu = total_wakeups = 0.0
+    total_rss = total_pss = 0
     for role, sample in after.items():
         cpu = sample.cpu_seconds - before[role].cpu_seconds
         wakeups = sample.wakeups - before[role].wakeups
-        total_cpu, total_wakeups, total_rss = total_cpu + cpu, total_wakeups + wakeups, total_rss + sample.rss_bytes
-        lines.append(f"{role:<10} {cpu / elapsed * 100:>16.2f} {wakeups / elapsed:>11.1f} {usage.megabytes(sample.rss_bytes):>8}")
+        total_cpu, total_wakeups = total_cpu + cpu, total_wakeups + wakeups
+        total_rss, total_pss = total_rss + sample.rss_bytes, total_pss + sample.pss_bytes
+        lines.append(
+            f"{role:<10} {cpu / elapsed * 100:>16.2f} {wakeups / elapsed:>11.1f} "
+            f"{usage.megabytes(sample.rss_bytes):>8} {usage.megabytes(sample.pss_bytes):>8}"
+        )
     lines.append(
-        f"{'all':<10} {total_cpu / elapsed * 100:>16.2f} {total_wakeups / elapsed:>11.1f} {usage.megabytes(int(total_rss)):>8}"
+        f"{'all':<10} {total_cpu / elapsed * 100:>16.2f} {total_wakeups / elapsed:>11.1f} "
+        f"{usage.megabytes(total_rss):>8} {usage.megabytes(total_pss):>8}"
     )
     print("\n".join(lines), flush=True)
     return 0

@@ -58,6 +58,7 @@ class Round:
     worker_cpu: float  # seconds of CPU of the worker process tree during the round
     web_cpu: float
     peak_rss: int
+    peak_pss: int
 
     @property
     def streamed(self) -> int:
@@ -97,7 +98,7 @@ def run(argv: Sequence[str]) -> int:
             owner.open_to_agents()
             owner.call("PUT", "/providers/fake", {"kind": "chat", "base_url": fake.base_url, "api_key": fake.api_key})
             load_average = os.getloadavg()[0]
-            idle_rss = usage.rss_total(running.pids)
+            idle_rss, idle_pss = usage.memory_total(running.pids)
             pace = f"{args.tokens_per_second:g} tokens/s per stream" if args.tokens_per_second else "as fast as possible"
             progress(f"{args.sessions} sessions × one {args.tokens:,}-token reply, all at once, {pace}")
             main = one_round(owner, fake, ready.data_dir, running.pids, args.sessions, args.tokens, "main", args.spread)
@@ -109,7 +110,8 @@ def run(argv: Sequence[str]) -> int:
                 f"{running.worker_processes} RQ worker processes",
                 *round_lines(main),
                 f"memory       all relay processes (web, worker, clock, redis), RSS: {usage.megabytes(idle_rss)} idle, "
-                f"{usage.megabytes(main.peak_rss)} at the peak of the load",
+                f"{usage.megabytes(main.peak_rss)} at the peak of the load; PSS: {usage.megabytes(idle_pss)} idle, "
+                f"{usage.megabytes(main.peak_pss)} at the peak",
             ]
             if args.ramp:
                 lines += ramp(owner, fake, ready.data_dir, running.pids, args)
@@ -183,10 +185,10 @@ def one_round(
             prompts,
         ))
     by_message = {body["message_id"]: text for body, text in zip(created, prompts, strict=True)}
-    peak = [0]
+    peak = [0, 0]
 
     def watch_memory() -> None:
-        peak[0] = max(peak[0], usage.rss_total(pids))
+        peak[:] = map(max, peak, usage.memory_total(pids))
 
     completed = wait_until_done(data_dir, list(by_message), watch_memory)
     after = usage.sample_all(pids)
@@ -205,6 +207,7 @@ def one_round(
         worker_cpu=after["worker"].cpu_seconds - before["worker"].cpu_seconds,
         web_cpu=after["web"].cpu_seconds - before["web"].cpu_seconds,
         peak_rss=peak[0],
+        peak_pss=peak[1],
     )
 
 
