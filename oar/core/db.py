@@ -233,15 +233,34 @@ class _QueuedWrite:
             _writers.release()
 
 
-def checkpoint() -> None:
+def checkpoint() -> bool:
     """Copy SQLite's WAL back into the database (PASSIVE: it waits for nobody and blocks nobody).
 
     The clock does it every `SQLITE_CHECKPOINT_SECONDS`. By SQLite's default the commit that
     finds the WAL over 1,000 pages does it, in the committing thread: a turn's final write,
     with a caller waiting on it, then took milliseconds longer (the wake latency's p99 was
-    these, docs/decisions.md#checkpoints-in-the-clock)."""
-    if is_sqlite():
-        database.execute_sql("PRAGMA wal_checkpoint(PASSIVE)")
+    these, docs/decisions.md#checkpoints-in-the-clock).
+
+    Returns whether every frame of the WAL is in the database now (readers of older
+    snapshots may keep some back until they finish)."""
+    if not is_sqlite():
+        return True
+    _busy, frames, copied = database.execute_sql("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    return bool(copied >= frames)
+
+
+def wal_state() -> tuple[int, int] | None:
+    """The size and modification time of SQLite's WAL file, read without a connection: it
+    changes with every commit, so a checkpoint after the last complete one has nothing to copy
+    while it stays the same (the clock looks every second, an idle relay's most frequent
+    wake-up). None where there is no such file."""
+    if not is_sqlite():
+        return None
+    try:
+        found = os.stat(f"{database.obj.database}-wal")
+    except OSError:
+        return None
+    return found.st_size, found.st_mtime_ns
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ import threading
 
 from oar.core import lifeline
 from oar.core.config import from_environment
-from oar.core.db import checkpoint, database, is_sqlite, open_database
+from oar.core.db import checkpoint, database, is_sqlite, open_database, wal_state
 from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
 from oar.engine.due_timer import DueTimer
@@ -74,11 +74,16 @@ def peer_events_loop(runtime: Runtime, stopping: threading.Event) -> None:
 
 def checkpoint_loop(runtime: Runtime, stopping: threading.Event) -> None:
     """Every SQLITE_CHECKPOINT_SECONDS: SQLite's WAL back into the database, here rather than
-    in whichever writer's commit found it long (oar.core.db.checkpoint)."""
+    in whichever writer's commit found it long (oar.core.db.checkpoint); skipped while nothing
+    was committed since the last complete one."""
     period = runtime.time("SQLITE_CHECKPOINT_SECONDS")
+    copied: tuple[int, int] | None = None
     while not stopping.wait(period):
         try:
-            checkpoint()
+            seen = wal_state()
+            if seen is not None and seen == copied:
+                continue
+            copied = seen if checkpoint() else None
         except Exception:
             log.exception("the WAL checkpoint failed; trying again in %s s", period)
         finally:
