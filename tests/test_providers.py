@@ -146,6 +146,18 @@ def test_a_turn_streams_the_reply_and_records_usage(relay: Relay, desk: Agent, f
 
 
 @pytest.mark.parametrize("kind", PROTOCOLS)
+def test_a_reply_holding_a_nul_or_a_lone_surrogate_is_kept_with_replacement_characters(
+    relay: Relay, desk: Agent, fake: FakeLLM, kind: str
+) -> None:
+    configure(relay, fake, kind)
+    body = start(desk, "#unstorable")
+    assert body["status"] == "done", body
+    assert body["reply"]["text"] == "bad \ufffd and \ufffd end"
+    read = desk.ok("read_session", relay="this", session=body["session"])
+    assert read["messages"][-1]["text"] == "bad \ufffd and \ufffd end"
+
+
+@pytest.mark.parametrize("kind", PROTOCOLS)
 def test_a_reply_cut_at_the_budget_continues_once_then_says_output_truncated(
     relay: Relay, desk: Agent, fake: FakeLLM, kind: str
 ) -> None:

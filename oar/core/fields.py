@@ -13,6 +13,7 @@ silently when empty, listed in `ignored` otherwise, or rejected by strict action
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,6 +76,20 @@ def unstorable_text(value: Any) -> bool:
         elif isinstance(item, list):
             pending.extend(item)
     return False
+
+
+# What no database stores: NUL, and code points in the surrogate range (in a Python string
+# always lone: a JSON pair "\ud83d\ude00" decodes to one code point).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(text: str) -> str:
+    """`text` with each character no database can store replaced by U+FFFD, as a decoder
+    replaces bytes it cannot read: for what the relay is sent and must keep (a provider's
+    reply), where refusing the whole would lose it."""
+    if text.isascii() and "\x00" not in text:
+        return text
+    return _UNSTORABLE.sub("\ufffd", text)
 
 
 def check_fields(

@@ -24,6 +24,7 @@ from oar.approvals import cards, questions
 from oar.background import output_files
 from oar.core import events, jobs, keys
 from oar.core.db import database, release_connection, write_transaction
+from oar.core.fields import storable
 from oar.core.models import Message, Question, Session
 from oar.core.runtime import Runtime
 from oar.core.signals import publish
@@ -253,12 +254,14 @@ def execute(runtime: Runtime, turn: Message) -> bool:
     release_connection()
     try:
         for event in provider.run_turn(request, control):
+            # What a provider sends is kept even where it holds characters no database
+            # stores (a NUL, a lone surrogate): the outcome could not be written otherwise.
             if isinstance(event, TextDelta):
-                stream.add_text(event.text)
+                stream.add_text(storable(event.text))
             elif isinstance(event, Activity):
-                stream.add_activity(event.text)
+                stream.add_activity(storable(event.text))
             elif isinstance(event, TurnFailed):
-                failure = event.message
+                failure = storable(event.message)
                 break
             elif isinstance(event, Usage):
                 # Written with the outcome: a write here, between a stream's last two events,

@@ -18,6 +18,7 @@ from oar.actions.dispatch import dispatch
 from oar.background import tasks
 from oar.core import keys
 from oar.core.db import release_connection
+from oar.core.fields import storable
 from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
 from oar.core.statuses import TaskStatus
@@ -39,7 +40,7 @@ def record_reported_task(runtime: Runtime, session_id: str, turn_id: str, report
     """A background task the agent runs itself, recorded (never run) as one of the session's tasks."""
     try:
         return tasks.record_reported(
-            runtime, session_id, turn_id, description=reported.description, type=reported.type,
+            runtime, session_id, turn_id, description=storable(reported.description), type=reported.type,
             output_file=reported.output_file,
         ).id
     finally:
@@ -48,7 +49,7 @@ def record_reported_task(runtime: Runtime, session_id: str, turn_id: str, report
 
 def end_reported_task(runtime: Runtime, task_id: str, ended: TaskEnded) -> None:
     try:
-        tasks.end_reported(runtime, task_id, ended.status, ended.note, ended.output_file)
+        tasks.end_reported(runtime, task_id, ended.status, ended.note and storable(ended.note), ended.output_file)
     finally:
         release_connection()
 

@@ -194,6 +194,8 @@ class FakeLLM:
             return Plan(text=["waiting "], ending="stall")
         if "#silent" in prompt:
             return Plan(text=["waiting "], ending="silent")
+        if "#unstorable" in prompt:  # a NUL and a lone surrogate, as JSON escapes carry them
+            return Plan(text=["bad ", "\ud800", " and ", "\x00", " end"])
         if "#think" in prompt:
             return Plan(thinking=["Let me ", "think."], text=["thought ", "through"])
         if "#tool" in prompt:
