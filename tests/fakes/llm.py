@@ -39,7 +39,16 @@ class Plan:
     ending: str = "done"  # done | cut | drop | stall | silent
 
 
-class WholeChunkHandler(WSGIRequestHandler):
+class QuietHandler(WSGIRequestHandler):
+    """No access log line per request: a fake records what it was sent itself, and werkzeug's
+    logger writes to the stderr it first found (a test's captured one, closed later: "Logging
+    error"), and filled the benchmarks' output."""
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        pass
+
+
+class WholeChunkHandler(QuietHandler):
     """Sends each chunk of a streamed answer in one write, and the end of the answer at once,
     as API servers do.
 

@@ -28,6 +28,8 @@ from typing import Any
 from flask import Flask, Response, request
 from werkzeug.serving import make_server
 
+from tests.fakes.llm import QuietHandler
+
 USAGE = {"input_tokens": 13, "output_tokens": 5, "total_tokens": 18}
 # Keep-alives while a run waits: well under the tests' 3 s read timeout.
 KEEPALIVE_SECONDS = 0.2
@@ -58,7 +60,7 @@ class FakeRunsServer:
         self.counts: dict[str, int] = {}
         self.lock = threading.Lock()
         self.app = self._make_app()
-        self.server = make_server("127.0.0.1", 0, self.app, threaded=True)
+        self.server = make_server("127.0.0.1", 0, self.app, threaded=True, request_handler=QuietHandler)
         self.base_url = f"http://127.0.0.1:{self.server.server_port}/v1"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
