@@ -8,6 +8,7 @@ own. Every test that uses one of the relay fixtures (or is marked `stack` itself
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,11 @@ from tests.support.relays import (
 )
 from tests.support.servers import create_postgres_database
 from tests.support.snapshots import reset_database
+
+# werkzeug gives its logger a handler of its own on the stderr of the moment it first logs,
+# unless one is there: that was a test's captured stderr, closed by the time another test's
+# server logged ("--- Logging error ---"). With this one its lines go to pytest's log capture.
+logging.getLogger("werkzeug").addHandler(logging.NullHandler())
 
 # Fixtures that start relays, their processes or Redis: a test that uses any of them is a
 # `stack` test. Modules whose tests start relays of their own say so with `pytestmark`.

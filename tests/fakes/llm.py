@@ -15,6 +15,7 @@ with the tool's result). Anything else: `fake: <prompt>`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -40,12 +41,16 @@ class Plan:
 
 
 class QuietHandler(WSGIRequestHandler):
-    """No access log line per request: a fake records what it was sent itself, and werkzeug's
-    logger writes to the stderr it first found (a test's captured one, closed later: "Logging
-    error"), and filled the benchmarks' output."""
+    """A fake's handler: no access log line per request (a fake records what it was sent
+    itself; the lines filled the benchmarks' output), and no traceback for a client that went
+    away first (a stopped turn) while the end of an answer was still buffered."""
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         pass
+
+    def finish(self) -> None:
+        with contextlib.suppress(ConnectionError):
+            super().finish()
 
 
 class WholeChunkHandler(QuietHandler):
