@@ -7,11 +7,13 @@ Real SQLite files in a temporary folder; another connection, or another thread, 
 
 from __future__ import annotations
 
+import gc
 import linecache
 import sqlite3
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import peewee
 import pytest
@@ -33,12 +35,26 @@ def _sqlite(tmp_path: Path, busy_seconds: float = 30) -> Path:
 
 def _waiting_in_queue(thread: threading.Thread) -> bool:
     """The thread is blocked taking its process's writer queue (`db._writers`), as its stack shows."""
-    frame = sys._current_frames().get(thread.ident or 0)
+    frame = _frames().get(thread.ident or 0)
     while frame is not None:
         if frame.f_code is db._QueuedWrite.__enter__.__code__:
             return "_writers.acquire" in linecache.getline(frame.f_code.co_filename, frame.f_lineno)
         frame = frame.f_back
     return False
+
+
+def _frames() -> dict[int, Any]:
+    """`sys._current_frames()` with the garbage collector off: in Python 3.11 a collection
+    it triggers, while it holds the interpreter's list of threads, can wait for that same
+    list in a finalizer and hang the process (CPython gh-106883, not fixed in 3.11; it hung
+    a CI run here). From 3.12 the collector runs only between bytecodes."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return sys._current_frames()
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _count_begins(begins: list[str]) -> None:
