@@ -58,17 +58,18 @@ def _blank(value: Any) -> bool:
     return isinstance(value, str) and not value.strip()
 
 
+# What no database stores: NUL, and code points in the surrogate range (in a Python string
+# always lone: a JSON pair "\ud83d\ude00" decodes to one code point).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
 def unstorable_text(value: Any) -> bool:
     """Whether a JSON value holds text no database can store: a NUL character or a lone surrogate."""
     pending = [value]
     while pending:
         item = pending.pop()
         if isinstance(item, str):
-            if "\x00" in item:
-                return True
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
+            if _UNSTORABLE.search(item):
                 return True
         elif isinstance(item, dict):
             pending.extend(item.keys())
@@ -76,11 +77,6 @@ def unstorable_text(value: Any) -> bool:
         elif isinstance(item, list):
             pending.extend(item)
     return False
-
-
-# What no database stores: NUL, and code points in the surrogate range (in a Python string
-# always lone: a JSON pair "\ud83d\ude00" decodes to one code point).
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 def storable(text: str) -> str:
