@@ -9,6 +9,11 @@ new values and turns the rows into model instances the way peewee does.
 
 Only plain comparisons and `IN` lists may take placeholders: an operator that rewrites its
 value (`startswith`, `contains`) would hide the placeholder, and building refuses then.
+
+On SQLite a query's rows come back as one row holding them all as JSON (`_as_one_row`):
+Python's sqlite3 module lets go of the GIL at every row it steps to, and with a few requests
+in one web process each time is a hand-over to another thread and back, which cost a
+multi-row read more than its own work (docs/benchmarks.md#reads-the-gil-at-every-row).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import orjson
 import peewee
 
 from oar.core.db import database
@@ -37,7 +43,9 @@ class _Compiled:
     params: tuple[Any, ...]  # the fixed parameters, placeholders among them
     slots: tuple[int, ...]  # for each value given to `rows`, in order, its index in `params`
     # Turns a row into a model instance (or a tuple); None: peewee's own cursor wrapper does.
-    make: Callable[[tuple[Any, ...]], Any] | None = None
+    make: Callable[[Sequence[Any]], Any] | None = None
+    # SQLite: the same query giving all its rows as one JSON text (`_as_one_row`), same parameters.
+    one_row_sql: str | None = None
 
 
 class Prepared:
@@ -56,7 +64,11 @@ class Prepared:
 
     def rows(self, *values: Any) -> list[Any]:
         compiled = self._compiled_for(values)
-        cursor = database.execute_sql(*_bound(compiled, values))
+        sql, params = _bound(compiled, values)
+        if compiled.one_row_sql is not None and compiled.make is not None:
+            (text,) = database.execute_sql(compiled.one_row_sql, params).fetchone()
+            return [compiled.make(row) for row in orjson.loads(text)] if text else []
+        cursor = database.execute_sql(sql, params)
         if compiled.make is None:
             return list(compiled.query._get_cursor_wrapper(cursor))
         return [compiled.make(row) for row in cursor.fetchall()]
@@ -90,9 +102,10 @@ class Prepared:
         wanted = [_SLOT.format(number) for number in range(next(counter))]
         if sorted(where) != sorted(wanted):
             raise ValueError(f"prepared query: placeholders changed by the query ({sql})")
+        make = _maker(query) if isinstance(query, peewee.SelectBase) else None
         compiled = _Compiled(
-            query=query, sql=sql, params=tuple(params), slots=tuple(where[slot] for slot in wanted),
-            make=_maker(query) if isinstance(query, peewee.SelectBase) else None,
+            query=query, sql=sql, params=tuple(params), slots=tuple(where[slot] for slot in wanted), make=make,
+            one_row_sql=_as_one_row(query, params) if make is not None and issubclass(shape[0], peewee.SqliteDatabase) else None,
         )
         if all(length is None or length <= KEPT_LIST_LENGTH for length in shape[1:]):
             with self._lock:
@@ -107,6 +120,41 @@ def _bound(compiled: _Compiled, values: Sequence[Any]) -> tuple[str, list[Any]]:
     for index, value in zip(compiled.slots, flat, strict=True):
         params[index] = value
     return compiled.sql, params
+
+
+# Columns whose JSON text (SQLite's json_array) is not their value: a REAL keeps 15 digits
+# there, and a BLOB is refused.
+_NOT_AS_JSON = (peewee.FloatField, peewee.DecimalField, peewee.BlobField)
+
+
+def _as_one_row(query: Any, params: Sequence[Any]) -> str | None:
+    """SQLite: `query` as a query of one row and one column, its rows as a JSON array of arrays
+    in its order; None when one of its columns would not come back as it is stored.
+
+    Each row becomes `json_array(...)` of its columns, and the rows are joined in an outer
+    query. They are joined in the query's order: SQLite keeps the ORDER BY of a subquery in
+    FROM when its outer query aggregates with anything but count(), min() or max(), and reads
+    the subquery's rows in that order. JSON keeps what the columns hold as stored: text,
+    integers (booleans are integers in SQLite), NULL; a column of another kind (above), or an
+    extra column that is not a flag (`EXISTS`) or a one-column subquery of such a field, keeps
+    the query as it is."""
+    columns = [node.node if isinstance(node, peewee.Alias) else node for node in query._returning]
+    for column in columns:
+        if isinstance(column, peewee.Field):
+            if isinstance(column, _NOT_AS_JSON):
+                return None
+        elif isinstance(column, peewee.Select):
+            inner = column._returning  # type: ignore[attr-defined]
+            if len(inner) != 1 or not isinstance(inner[0], peewee.Field) or isinstance(inner[0], _NOT_AS_JSON):
+                return None
+        elif not (isinstance(column, peewee.Function) and (column.name or "").upper() == "EXISTS"):
+            return None
+    one = query.clone()
+    one._returning = [peewee.fn.json_array(*columns).alias("oar_row")]
+    sql, one_params = one.sql()
+    if list(one_params) != list(params):  # the columns held no parameters of their own: kept as they were
+        return None
+    return f"SELECT '[' || group_concat(oar_row, ',') || ']' FROM ({sql})"
 
 
 # Fields whose values come from both databases as Python wants them (str, int): no conversion.
@@ -132,7 +180,7 @@ def _converter(field: peewee.Field) -> Callable[[Any], Any]:
     return convert
 
 
-def _maker(query: Any) -> Callable[[tuple[Any, ...]], Any] | None:
+def _maker(query: Any) -> Callable[[Sequence[Any]], Any] | None:
     """A faster row-to-instance step than peewee's cursor wrapper (a third of a read's time), for
     a query that selects fields of its model: the instance gets its values as peewee's wrapper
     would leave them (converted by each field's `python_value`, nothing marked dirty). A model
@@ -155,7 +203,7 @@ def _maker(query: Any) -> Callable[[tuple[Any, ...]], Any] | None:
     # Only the columns that need it are converted (most come as stored).
     converting = [(index, convert) for index, convert in enumerate(converters) if convert is not None]
 
-    def converted(row: tuple[Any, ...]) -> list[Any]:
+    def converted(row: Sequence[Any]) -> list[Any]:
         values = list(row)
         for index, convert in converting:
             if values[index] is not None:
@@ -176,7 +224,7 @@ def _maker(query: Any) -> Callable[[tuple[Any, ...]], Any] | None:
     extra_names = [node._alias for node in extras]
     width = len(names)
 
-    def make(row: tuple[Any, ...]) -> Any:
+    def make(row: Sequence[Any]) -> Any:
         instance = model(__no_default__=1)
         instance.__data__ = dict(zip(names, converted(row[:width]) if converting else row[:width], strict=True))
         for name, value in zip(extra_names, row[width:], strict=True):

@@ -1,0 +1,115 @@
+"""Prepared queries (oar/core/prepared.py) give the rows peewee gives for the same query; on
+SQLite they come back as one row of JSON, in the query's order, with every value as stored.
+
+A real SQLite file in a temporary folder, migrated as a relay's is.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import peewee
+import pytest
+
+from oar.actions import sessions as session_actions
+from oar.core import ids
+from oar.core.config import Config
+from oar.core.db import database, open_database
+from oar.core.models import Message, Schedule, Session
+from oar.core.prepared import Prepared
+from oar.core.settings import version_column
+from oar.core.statuses import TurnStatus
+from oar.core.timeutil import utcnow
+from oar.owner.bootstrap import migrate
+
+pytestmark = pytest.mark.usefixtures("own_database_binding")
+
+# Text that JSON must escape, or that a careless join would break.
+AWKWARD = ['say "hi"', "back\\slash", "line\nbreak\ttab", "ümlaut — 日本語 🙂", "\x01\x1f control", "],[", "'quoted'", ""]
+
+
+def _seed() -> list[Session]:
+    now = utcnow()
+    made = []
+    seqs = iter(range(1, 1000))  # a message's seq is unique across sessions
+    for number, title in enumerate(AWKWARD):
+        session = Session.create(
+            id=ids.session_id(), title=title, provider="echo", created_at=now, last_activity_at=now - timedelta(seconds=number),
+            archived=number % 3 == 0, may_create_sessions=number % 2 == 0, message_count=2**62 + number,
+        )
+        for seq, text in enumerate(AWKWARD):
+            Message.create(
+                id=ids.message_id(), session=session, seq=next(seqs), role="user" if seq % 2 else "assistant", text=text,
+                created_at=now + timedelta(microseconds=seq), status=TurnStatus.DONE if seq % 2 else None,
+                model=None if seq % 3 else "model ✓",
+            )
+        made.append(session)
+    return made
+
+
+def _as_values(rows: list[Any]) -> list[Any]:
+    return [row.__data__ if isinstance(row, peewee.Model) else row for row in rows]
+
+
+def _compare(build: Any, *values: Any) -> list[Any]:
+    """`Prepared(build).rows(*values)` against peewee running `build(*values)`; both rows."""
+    prepared = Prepared(build)
+    got = prepared.rows(*values)
+    query = build(*values)
+    expected = list(query)
+    assert _as_values(got) == _as_values(expected)
+    for row, reference in zip(got, expected, strict=True):
+        if isinstance(row, peewee.Model):
+            extras = set(vars(reference)) - {"__data__", "_dirty", "__rel__"}
+            assert {name: getattr(row, name) for name in extras} == {name: getattr(reference, name) for name in extras}
+    return got
+
+
+def test_rows_as_one_json_row_are_the_rows_peewee_gives(tmp_path: Path) -> None:
+    open_database(Config(data_dir=tmp_path))
+    migrate()
+    with database.connection_context():
+        made = _seed()
+        # Model instances with extras (a flag, a subquery of text), named tuples, tuples; ordered and limited.
+        for session in made:
+            newest = _compare(
+                lambda session_id, limit: Message.select(*session_actions._SHOWN).where(Message.session == session_id)
+                .order_by(Message.seq.desc()).limit(limit).namedtuples(),
+                session.id, 100,
+            )
+            assert [row.seq for row in newest] == sorted((row.seq for row in newest), reverse=True)
+            assert [row.text for row in newest] == AWKWARD[::-1]
+        _compare(
+            lambda title: Session.select(
+                *Session._meta.sorted_fields, version_column(),
+                peewee.fn.EXISTS(Message.select(Message.id).where((Message.session == Session.id) & (Message.seq > 5))).alias("late"),
+            ).where(Session.title != title).order_by(Session.last_activity_at.desc()),
+            "no such title",
+        )
+        _compare(lambda since: Session.select(Session.id, Session.archived).where(Session.last_activity_at > since).tuples(), utcnow() - timedelta(seconds=3))
+        _compare(lambda ids: Session.select(Session.id).where(Session.id.in_(ids)).order_by(Session.id).tuples(), [s.id for s in made[:3]])
+        assert _compare(lambda session_id: Session.select().where(Session.id == session_id), "no such session") == []
+
+        one_row = Prepared(lambda session_id: Message.select(Message.id).where(Message.session == session_id).tuples())
+        one_row.rows(made[0].id)
+        assert next(iter(one_row._compiled.values())).one_row_sql is not None, "the JSON form was not used"
+
+
+def test_a_column_json_would_change_keeps_the_query_as_it_is(tmp_path: Path) -> None:
+    open_database(Config(data_dir=tmp_path))
+    migrate()
+    with database.connection_context():
+        session = _seed()[0]
+        now = utcnow()
+        Schedule.create(
+            id=ids.session_id(), target=session, set_by=session, title="t", text="x", anchor=now,
+            every_seconds=0.1 + 0.2,  # 0.30000000000000004: 15 digits of JSON would read 0.3
+        )
+        floats = Prepared(lambda target: Schedule.select(Schedule.every_seconds).where(Schedule.target == target).tuples())
+        assert floats.rows(session.id) == [(0.1 + 0.2,)]
+        assert next(iter(floats._compiled.values())).one_row_sql is None
+        counted = Prepared(lambda target: Session.select(Session.id, peewee.fn.COUNT(Session.id).alias("n")).where(Session.id == target))
+        assert [(row.id, row.n) for row in counted.rows(session.id)] == [(session.id, 1)]
+        assert next(iter(counted._compiled.values())).one_row_sql is None
