@@ -23,7 +23,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import peewee
+
 from oar.core.models import Event
+from oar.core.prepared import Prepared
 from oar.core.timeutil import utcnow
 
 KINDS = (
@@ -36,8 +39,19 @@ KINDS = (
 )
 
 
+# Written as every turn ends, inside its outcome's transaction: its SQL built once
+# (oar/core/prepared.py). Every column is given, so no default is frozen into the statement.
+_INSERT = Prepared(
+    lambda session_id, kind, payload, created_at: Event.insert(
+        session=session_id, kind=kind, payload=peewee.Value(payload, converter=False), created_at=created_at
+    )
+)
+
+
 def record(session_id: str, kind: str, payload: dict[str, Any], now: datetime | None = None) -> Event:
     """Record one event (call inside the write transaction of the change it reports)."""
     if kind not in KINDS:
         raise ValueError(f"unknown event kind {kind}")
-    return Event.create(session=session_id, kind=kind, payload=payload, created_at=now or utcnow())
+    created_at = now or utcnow()
+    seq = _INSERT.insert(session_id, kind, Event.payload.db_value(payload), created_at)
+    return Event(seq=seq, session=session_id, kind=kind, payload=payload, created_at=created_at)

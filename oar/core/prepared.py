@@ -84,6 +84,15 @@ class Prepared:
         cursor = database.execute_sql(*_bound(self._compiled_for(values), values))
         return int(cursor.rowcount)
 
+    def insert(self, *values: Any) -> Any:
+        """Run a prepared `INSERT` of one row; its primary key. Give every column (callable
+        defaults would be called once, when the SQL is built), and JSON fields' values converted
+        as for `execute`."""
+        cursor = database.execute_sql(*_bound(self._compiled_for(values), values))
+        if database.obj.returning_clause:  # the INSERT ends in RETURNING its key (PostgreSQL)
+            return cursor.fetchone()[0]
+        return cursor.lastrowid
+
     def _compiled_for(self, values: Sequence[Any]) -> _Compiled:
         shape = (type(database.obj), *(len(v) if isinstance(v, (list, tuple)) else None for v in values))
         return self._compiled.get(shape) or self._compile(shape)

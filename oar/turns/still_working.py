@@ -12,6 +12,7 @@ from typing import Any
 
 from oar.core import keys
 from oar.core.models import Message, Task
+from oar.core.prepared import Prepared
 from oar.core.runtime import Runtime
 from oar.core.statuses import TaskStatus, TurnStatus
 from oar.core.timeutil import utcnow
@@ -21,6 +22,10 @@ BACKGROUND_NOTE = (
     "The session answered and is still working in the background; it reports done after "
     "{seconds:g} s without output. Call wait with this message_id."
 )
+
+
+# Asked as every waited turn is answered: its SQL built once (oar/core/prepared.py).
+_RUNNING = Prepared(lambda session_id: Task.select().where((Task.session == session_id) & (Task.status == TaskStatus.RUNNING)))
 
 
 def quiet_at(answered_at: datetime, last_outputs: list[datetime], quiet_seconds: float) -> datetime:
@@ -41,7 +46,7 @@ def still_working(runtime: Runtime, turn: Message, seconds: float) -> list[Task]
     quiet_seconds = runtime.time("BACKGROUND_QUIET_SECONDS")
 
     def look() -> Look[list[Task]]:
-        running = list(Task.select().where((Task.session == turn.session_id) & (Task.status == TaskStatus.RUNNING)))
+        running = _RUNNING.rows(turn.session_id)
         if not running:
             return settled([])
         done_at = quiet_at(answered_at, [t.last_output_at or t.started_at for t in running], quiet_seconds)

@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from peewee import DoesNotExist
 from rq import Queue
 
 from oar.approvals import questions
@@ -104,6 +105,9 @@ def insert_prompt(
     return message
 
 
+# What a woken wait reads (docs/waiting.md#how-waiting-wakes): the turn, then its reply's text.
+_TURN = Prepared(lambda message_id: Message.select().where(Message.id == message_id).limit(1))
+_REPLY_TEXT = Prepared(lambda message_id: Message.select(Message.text).where(Message.id == message_id).limit(1).tuples())
 # Asked for each of the hundreds of watchers a delivery pass writes to: its SQL built once.
 _ACTIVE_TURN = Prepared(lambda session_id: Session.select(Session.active_turn).where(Session.id == session_id).tuples())
 
@@ -207,8 +211,8 @@ def result(runtime: Runtime, message: Message) -> dict[str, Any]:
     if message.status in IN_PROGRESS_TURN:
         entry["progress"] = progress(message)
     elif message.status == TurnStatus.DONE:
-        reply = Message.get_or_none(Message.id == message.reply_id) if message.reply_id else None
-        text, truncated = clip_reply(reply.text if reply else "")
+        reply = _REPLY_TEXT.first(message.reply_id) if message.reply_id else None
+        text, truncated = clip_reply(reply[0] if reply else "")
         entry["reply"] = {"text": text, "model": message.model, "messageId": message.reply_id}
         if truncated:
             entry["reply"]["truncated"] = True
@@ -253,7 +257,9 @@ def wait_for(runtime: Runtime, message_id: str, seconds: float) -> Message:
     """
 
     def look() -> Look[Message]:
-        message = Message.get(Message.id == message_id)
+        message = _TURN.first(message_id)
+        if message is None:
+            raise DoesNotExist(f"no message {message_id}")
         return Look(message, settled=is_settled(message))
 
     return wait_on_signals(
