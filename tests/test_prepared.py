@@ -14,14 +14,15 @@ import peewee
 import pytest
 
 from oar.actions import sessions as session_actions
-from oar.core import ids
+from oar.core import events, ids
 from oar.core.config import Config
 from oar.core.db import database, open_database
-from oar.core.models import Message, Schedule, Session
+from oar.core.models import Event, Message, Schedule, Session
 from oar.core.prepared import Prepared
 from oar.core.settings import version_column
 from oar.core.statuses import TurnStatus
 from oar.core.timeutil import utcnow
+from oar.engine import outcomes
 from oar.owner.bootstrap import migrate
 
 pytestmark = pytest.mark.usefixtures("own_database_binding")
@@ -113,3 +114,36 @@ def test_a_column_json_would_change_keeps_the_query_as_it_is(tmp_path: Path) -> 
         counted = Prepared(lambda target: Session.select(Session.id, peewee.fn.COUNT(Session.id).alias("n")).where(Session.id == target))
         assert [(row.id, row.n) for row in counted.rows(session.id)] == [(session.id, 1)]
         assert next(iter(counted._compiled.values())).one_row_sql is None
+
+
+def test_prepared_writes_leave_the_rows_peewee_writes_leave(tmp_path: Path) -> None:
+    """The statements every turn's end runs (oar/engine/outcomes.py, oar/core/events.py)."""
+    open_database(Config(data_dir=tmp_path))
+    migrate()
+    with database.connection_context():
+        session = _seed()[0]
+        now = utcnow()
+        written_by_peewee = Message.create(
+            id=ids.message_id(), session=session.id, role="assistant", text=AWKWARD[2], created_at=now, from_kind="user", model="m ✓"
+        )
+        reply_id = ids.message_id()
+        outcomes._INSERT_REPLY.insert(reply_id, session.id, AWKWARD[2], now, "m ✓")
+        by_peewee, prepared = (Message.get(Message.id == id_).__data__ for id_ in (written_by_peewee.id, reply_id))
+        assert prepared["seq"] == by_peewee["seq"] + 1
+        assert {**prepared, "id": None, "seq": None} == {**by_peewee, "id": None, "seq": None}
+
+        # An event's number is the one its row got.
+        payload = {"turnId": reply_id, "excerpt": AWKWARD[3], "fromSession": None}
+        event = events.record(session.id, "turn_end", payload, now)
+        stored = Event.get_by_id(event.seq)
+        assert (stored.session_id, stored.kind, stored.payload, stored.created_at) == (session.id, "turn_end", payload, now)
+
+        # A running turn settled once, with its last activity lines (a JSON field).
+        turn = Message.create(id=ids.message_id(), session=session.id, role="user", text="go", status=TurnStatus.RUNNING)
+        settle = (turn.id, TurnStatus.DONE, None, "all done", reply_id, now, Message.activities.db_value(["read a", AWKWARD[0]]))
+        assert outcomes._SETTLE_WITH_ACTIVITIES.execute(*settle) == 1
+        assert outcomes._SETTLE_WITH_ACTIVITIES.execute(*settle) == 0, "a settled turn was settled again"
+        settled = Message.get(Message.id == turn.id)
+        assert (settled.status, settled.partial_text, settled.reply_id, settled.completed_at, settled.activities) == (
+            TurnStatus.DONE, "all done", reply_id, now, ["read a", AWKWARD[0]]
+        )

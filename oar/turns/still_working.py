@@ -56,7 +56,10 @@ def still_working(runtime: Runtime, turn: Message, seconds: float) -> list[Task]
         return not_yet(running, again_within=(done_at - now).total_seconds())
 
     # Most turns leave no task running: answered without registering for wake-ups (a woken
-    # `send` answers through here, docs/waiting.md#how-waiting-wakes).
+    # `send` answers through here, docs/waiting.md#how-waiting-wakes), nor a query when the
+    # woken wait's read of the turn found none (`turns.wait_for`).
+    if not getattr(turn, "tasks_running", True):
+        return []
     first = look()
     if first.settled:
         return first.value

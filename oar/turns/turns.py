@@ -11,17 +11,17 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from peewee import DoesNotExist
+from peewee import Alias, DoesNotExist, fn
 from rq import Queue
 
 from oar.approvals import questions
 from oar.core import defaults, events, ids, jobs, keys
 from oar.core.db import lock_rows, write_transaction
-from oar.core.models import Message, Schedule, Session
+from oar.core.models import Message, Schedule, Session, Task
 from oar.core.prepared import Prepared
 from oar.core.runtime import Runtime
 from oar.core.signals import publish
-from oar.core.statuses import IN_PROGRESS_TURN, LIVE_TURN, SETTLED_TURN, WAITING_BEHIND_TURN, TurnStatus
+from oar.core.statuses import IN_PROGRESS_TURN, LIVE_TURN, SETTLED_TURN, WAITING_BEHIND_TURN, TaskStatus, TurnStatus
 from oar.core.timeutil import iso, utcnow
 from oar.core.waiting import Look, wait_on_signals
 
@@ -105,8 +105,21 @@ def insert_prompt(
     return message
 
 
-# What a woken wait reads (docs/waiting.md#how-waiting-wakes): the turn, then its reply's text.
-_TURN = Prepared(lambda message_id: Message.select().where(Message.id == message_id).limit(1))
+# What a woken wait reads (docs/waiting.md#how-waiting-wakes), in one query: the turn with its
+# reply's text (`reply_text`, for `result`) and whether its session has a task running
+# (`tasks_running`, for `still_working`). A turn read any other way has neither.
+_REPLY = Message.alias("reply")
+_TURN = Prepared(
+    lambda message_id: Message.select(
+        *Message._meta.sorted_fields,
+        Alias(_REPLY.select(_REPLY.text).where(_REPLY.id == Message.reply_id), "reply_text"),
+        fn.EXISTS(
+            Task.select(Task.id).where((Task.session == Message.session) & (Task.status == TaskStatus.RUNNING))
+        ).alias("tasks_running"),
+    )
+    .where(Message.id == message_id)
+    .limit(1)
+)
 _REPLY_TEXT = Prepared(lambda message_id: Message.select(Message.text).where(Message.id == message_id).limit(1).tuples())
 # Asked for each of the hundreds of watchers a delivery pass writes to: its SQL built once.
 _ACTIVE_TURN = Prepared(lambda session_id: Session.select(Session.active_turn).where(Session.id == session_id).tuples())
@@ -211,8 +224,13 @@ def result(runtime: Runtime, message: Message) -> dict[str, Any]:
     if message.status in IN_PROGRESS_TURN:
         entry["progress"] = progress(message)
     elif message.status == TurnStatus.DONE:
-        reply = _REPLY_TEXT.first(message.reply_id) if message.reply_id else None
-        text, truncated = clip_reply(reply[0] if reply else "")
+        if not message.reply_id:
+            reply_text = None
+        elif hasattr(message, "reply_text"):
+            reply_text = message.reply_text
+        else:
+            reply_text = next(iter(_REPLY_TEXT.first(message.reply_id) or ()), None)
+        text, truncated = clip_reply(reply_text or "")
         entry["reply"] = {"text": text, "model": message.model, "messageId": message.reply_id}
         if truncated:
             entry["reply"]["truncated"] = True
