@@ -121,6 +121,7 @@ _TURN = Prepared(
     .limit(1)
 )
 _REPLY_TEXT = Prepared(lambda message_id: Message.select(Message.text).where(Message.id == message_id).limit(1).tuples())
+
 # Asked for each of the hundreds of watchers a delivery pass writes to: its SQL built once.
 _ACTIVE_TURN = Prepared(lambda session_id: Session.select(Session.active_turn).where(Session.id == session_id).tuples())
 
@@ -224,13 +225,7 @@ def result(runtime: Runtime, message: Message) -> dict[str, Any]:
     if message.status in IN_PROGRESS_TURN:
         entry["progress"] = progress(message)
     elif message.status == TurnStatus.DONE:
-        if not message.reply_id:
-            reply_text = None
-        elif hasattr(message, "reply_text"):
-            reply_text = message.reply_text
-        else:
-            reply_text = next(iter(_REPLY_TEXT.first(message.reply_id) or ()), None)
-        text, truncated = clip_reply(reply_text or "")
+        text, truncated = clip_reply(_reply_text(message))
         entry["reply"] = {"text": text, "model": message.model, "messageId": message.reply_id}
         if truncated:
             entry["reply"]["truncated"] = True
@@ -247,6 +242,16 @@ def result(runtime: Runtime, message: Message) -> dict[str, Any]:
     elif message.status == TurnStatus.WAITING_FOR_ANSWER:
         entry["pendingQuestions"] = questions.pending_of_turn(message.id)
     return entry
+
+
+def _reply_text(message: Message) -> str:
+    """A finished turn's reply: read with the turn by a woken wait (`_TURN`), else read here."""
+    if not message.reply_id:
+        return ""
+    if hasattr(message, "reply_text"):
+        return message.reply_text or ""
+    found = _REPLY_TEXT.first(message.reply_id)
+    return (found[0] if found else None) or ""
 
 
 def summary_status(entry: dict[str, Any]) -> str:
