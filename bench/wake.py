@@ -1,11 +1,11 @@
 """Wake latency: how soon a waiting `send` returns once the reply it waits for is complete.
 
-The turn runner stamps the prompt's `completed_at` (naive UTC) just before it commits the
-reply and publishes the wake-up signal; the client notes `time.time()` when the response
+The prompt's `completed_at` (naive UTC) is stamped as the turn's outcome is written, once its
+transaction holds the write lock, before the commit and the wake-up signal; the client notes `time.time()` when the response
 has arrived (read whole from a keep-alive `http.client` connection, as the load generator's:
 `requests` spent a few tenths of a millisecond of its own on each response). Both clocks are this machine's, so the difference is the whole path the
-product promises to keep to milliseconds (docs/waiting.md#how-waiting-wakes): commit, Redis signal, the waiting
-request thread waking, reading the reply and answering.
+product promises to keep to milliseconds (docs/waiting.md#how-waiting-wakes): the outcome's write and commit,
+the Redis signal, the waiting request thread waking, reading the reply and answering.
 """
 
 from __future__ import annotations
