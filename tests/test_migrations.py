@@ -77,6 +77,7 @@ def test_a_fresh_sqlite_database_migrates_to_the_models_schema_once(tmp_path: Pa
         assert db.execute_sql("PRAGMA busy_timeout").fetchone()[0] == defaults.SQLITE_BUSY_SECONDS * 1000 > 0
         assert db.execute_sql("PRAGMA foreign_keys").fetchone()[0] == 1
         assert db.execute_sql("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+        assert db.execute_sql("PRAGMA mmap_size").fetchone()[0] == 1 << 30  # pages read from a memory map
     # WAL is a property of the file: any connection, not only the relay's, finds it.
     raw = sqlite3.connect(tmp_path / "oar.db")
     try:

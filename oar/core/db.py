@@ -32,6 +32,11 @@ SQLITE_PRAGMAS = {
     "foreign_keys": 1,
     "synchronous": "normal",  # durable across process crashes in WAL mode
     "cache_size": -16_000,  # KiB
+    # Pages are read from a shared memory map instead of a read() into each connection's own
+    # cache: a page another connection or process read is there without a system call. SQLite
+    # still writes through write() and reads the WAL with read()
+    # (docs/decisions.md#reads-from-a-memory-map-request-bodies-by-orjson-listings-in-an-indexs-order-issue-14).
+    "mmap_size": 1 << 30,
     # The clock copies the WAL back into the database every second (`checkpoint`); a commit
     # does it only past this many pages (40 MB), should the clock not run.
     "wal_autocheckpoint": 10_000,
