@@ -29,3 +29,40 @@ def test_answers_read_as_the_standard_library_writes_them_and_flask_decides_the_
     }
     # Other calls (indented, default separators) are the standard library's.
     assert provider.dumps({"a": 1}) == '{"a": 1}'
+
+
+def test_jsonify_writes_the_compact_text_and_a_newline_and_indents_in_debug_mode() -> None:
+    app = Flask(__name__)
+    app.json = RelayJSONProvider(app)
+    answer = {"ok": True, "text": "Grüße 😀", "big": 2**70, "at": datetime(2026, 12, 1, 19, 30)}
+    with app.app_context():
+        written = app.json.response(answer)
+        assert written.mimetype == "application/json"
+        assert written.get_data() == (app.json.dumps(answer, separators=(",", ":")) + "\n").encode()
+        app.debug = True
+        assert app.json.response({"a": 1}).get_data() == b'{\n  "a": 1\n}\n'
+
+
+# Bodies orjson reads alike, bodies it refuses (NaN, a byte-order mark, UTF-8-encoded or escaped
+# lone surrogates, UTF-16, deep nesting) and integers beyond 64 bits, which orjson reads as floats.
+BODIES = [
+    b'{"action":"read_session","relay":"this","last":3,"f":2.5,"t":true,"n":null}', '{"a": "Grüße 😀"}',
+    b'{"a":1,"a":2}', b'[1e400, -0, 1e-400, 0.1000000000000000055511151231257827]', b"NaN", b"\xef\xbb\xbf{}",
+    b'"\xed\xa0\x80"', b'"\\ud800"', '"\ud800"', "[1]".encode("utf-16"), b"[" * 2000 + b"]" * 2000,
+    b"-9223372036854775809", b"18446744073709551616", b'{"n": 12345678901234567890123}',
+    b"", b"[1,]", b'"\x01"', b"{} {}", b"[01]",
+]
+
+
+def test_request_bodies_read_as_the_standard_library_reads_them() -> None:
+    provider = RelayJSONProvider(Flask(__name__))
+    for body in BODIES:
+        try:
+            expected = repr(json.loads(body))
+        except (ValueError, RecursionError) as error:
+            expected = type(error).__name__
+        try:
+            read = repr(provider.loads(body))
+        except (ValueError, RecursionError) as error:
+            read = type(error).__name__
+        assert read == expected, body[:60]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import secrets
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -40,14 +41,42 @@ class RelayJSONProvider(DefaultJSONProvider):
 
     def dumps(self, obj: Any, **kwargs: Any) -> str:
         if kwargs == COMPACT:
-            try:
-                return orjson.dumps(obj, default=self.default, option=ORJSON_OPTIONS).decode()
-            except orjson.JSONEncodeError:
-                pass  # e.g. an integer beyond 64 bits, a lone surrogate: the standard library decides
+            compact = _orjson_dumps(obj, self.default)
+            if compact is not None:
+                return compact.decode()
         return super().dumps(obj, **kwargs)
+
+    def response(self, *args: Any, **kwargs: Any) -> Response:
+        """`jsonify`: Flask's, with orjson's bytes kept as bytes (not decoded to be encoded again)."""
+        if self.compact is False or (self.compact is None and self._app.debug):
+            return super().response(*args, **kwargs)
+        obj = self._prepare_response_obj(args, kwargs)
+        compact = _orjson_dumps(obj, self.default)
+        body = compact + b"\n" if compact is not None else f"{super().dumps(obj, **COMPACT)}\n"
+        return self._app.response_class(body, mimetype=self.mimetype)
+
+    def loads(self, s: str | bytes, **kwargs: Any) -> Any:
+        """Request bodies: orjson where it reads the text as the standard library would, which
+        is every body but those it refuses (they go to the standard library, as before: NaN, a
+        byte-order mark, UTF-8-encoded surrogates, nesting deeper than 1,024) and those with a
+        run of 19 digits (orjson reads an integer beyond 64 bits as a float)."""
+        if not kwargs and not (_LONG_DIGITS if isinstance(s, bytes) else _LONG_DIGITS_TEXT).search(s):
+            try:
+                return orjson.loads(s)
+            except orjson.JSONDecodeError:
+                pass
+        return super().loads(s, **kwargs)
+
+
+def _orjson_dumps(obj: Any, default: Callable[[Any], Any]) -> bytes | None:
+    try:
+        return orjson.dumps(obj, default=default, option=ORJSON_OPTIONS)
+    except orjson.JSONEncodeError:
+        return None  # e.g. an integer beyond 64 bits, a lone surrogate: the standard library decides
 
 
 COMPACT = {"separators": (",", ":")}
+_LONG_DIGITS, _LONG_DIGITS_TEXT = re.compile(rb"[0-9]{19}"), re.compile(r"[0-9]{19}")
 ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 
 
