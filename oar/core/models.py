@@ -90,7 +90,7 @@ class Session(BaseModel):
     archived = pw.BooleanField(default=False)
     deleted = pw.BooleanField(default=False)
     created_at = pw.DateTimeField(default=utcnow)
-    last_activity_at = pw.DateTimeField(default=utcnow, index=True)
+    last_activity_at = pw.DateTimeField(default=utcnow)
     message_count = pw.IntegerField(default=0)
     # Who started it: null for the owner's own conversations.
     created_by_session = pw.CharField(null=True, max_length=32, index=True)
@@ -115,7 +115,9 @@ class Session(BaseModel):
     remote_relay = pw.CharField(null=True, max_length=200)
 
     class Meta:
-        indexes = ((("archived", "last_activity_at"), False),)
+        # Listings go newest first with the id breaking ties (list_sessions, the page): with the
+        # id in the index they read in its order, without a sort of their own.
+        indexes = ((("archived", "last_activity_at", "id"), False), (("last_activity_at", "id"), False))
 
 
 class AgentToken(BaseModel):
