@@ -15,6 +15,7 @@ from flask.json.provider import DefaultJSONProvider
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
 from werkzeug.middleware.proxy_fix import ProxyFix
+from werkzeug.sansio.response import Response as SansIOResponse
 
 from oar.core import defaults
 from oar.core.config import Config, check, from_environment
@@ -46,21 +47,23 @@ class RelayJSONProvider(DefaultJSONProvider):
                 return compact.decode()
         return super().dumps(obj, **kwargs)
 
-    def response(self, *args: Any, **kwargs: Any) -> Response:
+    def response(self, *args: Any, **kwargs: Any) -> SansIOResponse:
         """`jsonify`: Flask's, with orjson's bytes kept as bytes (not decoded to be encoded again)."""
         if self.compact is False or (self.compact is None and self._app.debug):
             return super().response(*args, **kwargs)
         obj = self._prepare_response_obj(args, kwargs)
         compact = _orjson_dumps(obj, self.default)
         body = compact + b"\n" if compact is not None else f"{super().dumps(obj, **COMPACT)}\n"
-        return self._app.response_class(body, mimetype=self.mimetype)
+        # Typed as werkzeug's sans-IO response, whose first argument is the status; Flask's takes the body.
+        return self._app.response_class(body, mimetype=self.mimetype)  # type: ignore[arg-type]
 
     def loads(self, s: str | bytes, **kwargs: Any) -> Any:
         """Request bodies: orjson where it reads the text as the standard library would, which
         is every body but those it refuses (they go to the standard library, as before: NaN, a
         byte-order mark, UTF-8-encoded surrogates, nesting deeper than 1,024) and those with a
         run of 19 digits (orjson reads an integer beyond 64 bits as a float)."""
-        if not kwargs and not (_LONG_DIGITS if isinstance(s, bytes) else _LONG_DIGITS_TEXT).search(s):
+        long_digits = _LONG_DIGITS.search(s) if isinstance(s, bytes) else _LONG_DIGITS_TEXT.search(s)
+        if not kwargs and not long_digits:
             try:
                 return orjson.loads(s)
             except orjson.JSONDecodeError:
