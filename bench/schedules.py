@@ -4,8 +4,8 @@
 starts when they are all set. Each firing writes the message into the target's
 conversation; the lag is the message's `created_at` minus the schedule's due time (its
 `anchor`), both written by this machine's clock into the database. The whole path is
-measured: RQ's scheduler noticing the job, the job waiting out an early start, the claim,
-and the message insert, on a relay that is also running the turns those messages start.
+measured: the clock's due-time timer waking at the due time (oar/engine/due_timer.py), the
+claim, and the message insert, on a relay that is also running the turns those messages start.
 """
 
 from __future__ import annotations
