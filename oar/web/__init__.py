@@ -62,13 +62,16 @@ class RelayJSONProvider(DefaultJSONProvider):
         is every body but those it refuses (they go to the standard library, as before: NaN, a
         byte-order mark, UTF-8-encoded surrogates, nesting deeper than 1,024) and those with a
         run of 19 digits (orjson reads an integer beyond 64 bits as a float)."""
-        long_digits = _LONG_DIGITS.search(s) if isinstance(s, bytes) else _LONG_DIGITS_TEXT.search(s)
-        if not kwargs and not long_digits:
+        if not kwargs and not _has_long_digits(s):
             try:
                 return orjson.loads(s)
             except orjson.JSONDecodeError:
                 pass
         return super().loads(s, **kwargs)
+
+
+def _has_long_digits(text: str | bytes) -> bool:
+    return bool(_LONG_DIGITS.search(text) if isinstance(text, bytes) else _LONG_DIGITS_TEXT.search(text))
 
 
 def _orjson_dumps(obj: Any, default: Callable[[Any], Any]) -> bytes | None:
