@@ -10,7 +10,7 @@ import pytest
 
 from oar.core import events, ids, jobs
 from oar.core.db import database, write_transaction
-from oar.core.models import HeldEvent
+from oar.core.models import HeldEvent, Setting
 from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
 from oar.watching import held, ingest
@@ -138,6 +138,27 @@ def test_two_ingesters_that_read_the_same_batch_hold_it_once(tmp_path: Path) -> 
                 thread.join(timeout=60)
         for watcher in watchers:
             assert _held_seqs(watcher.session_id) == recorded + later
+
+
+def test_ingesting_while_nothing_is_watched_writes_nothing(tmp_path: Path) -> None:
+    """Until the first subscription there is no cursor to move: a background ingestion reads
+    nothing and adds no row (a refused call's "nothing changed" must hold while jobs run)."""
+    with own_relay(tmp_path, worker=False) as stack:  # no worker: nothing ingests but the test
+        relay = stack.relay
+        assert relay is not None and relay.runtime is not None
+        target = relay.conversation("Build")
+        _record_turn_ends(target.session_id, 3)
+        with database.connection_context():
+            assert ingest.ingest_pending(relay.runtime, utcnow) == 0
+            assert not Setting.select().where(Setting.key == held.CURSOR_KEY).exists()
+        watcher = relay.conversation("watcher")
+        watcher.ok("subscribe", sessions=["all"], events=["turn_end"])
+        with database.connection_context():
+            # A watcher that somehow lacks the row (it is written with the subscription) gets it.
+            Setting.delete().where(Setting.key == held.CURSOR_KEY).execute()
+            later = _record_turn_ends(target.session_id, 2)
+            assert ingest.ingest_pending(relay.runtime, utcnow) > 0
+        assert set(later) <= set(_held_seqs(watcher.session_id))
 
 
 def _record(session_id: str, count: int, from_session: str | None = None) -> list[int]:

@@ -37,8 +37,14 @@ def ensure_cursor() -> None:
     Setting.insert(key=CURSOR_KEY, value=0).on_conflict_ignore().execute()
 
 
-def _cursor() -> int:
+def _cursor() -> int | None:
+    """The cursor, or None while nothing was ever watched: then there is nothing to ingest,
+    and a background job must not add the row (a refused call would seem to have changed
+    the database). A watcher without the row (it is written with the first subscription)
+    gets it here."""
     if Setting.get_or_none(Setting.key == CURSOR_KEY) is None:
+        if not Subscription.select().where(Subscription.ended_at.is_null()).exists():
+            return None
         ensure_cursor()
         return 0
     return held.cursor()
@@ -104,6 +110,8 @@ def read_batch(now: datetime, limit: int | None = None) -> Batch | None:
         active = Subscription.select().where(Subscription.ended_at.is_null()).count()
         limit = max(1, min(INGEST_BATCH, defaults.INGEST_ROWS_PER_BATCH // max(1, active)))
     cursor = _cursor()
+    if cursor is None:
+        return None
     events = list(Event.select().where(Event.seq > cursor).order_by(Event.seq).limit(limit))
     events = committed_in_order(cursor, events, now, EVENT_GAP_GRACE)
     return Batch(cursor, matching.match(events)) if events else None
