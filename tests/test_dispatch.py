@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import contextlib
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -11,8 +13,10 @@ import oar.actions as actions_package
 from oar.actions.catalog import load_actions
 from oar.actions.checks import CHECKS, Call
 from oar.actions.context import CallContext, Caller
+from oar.actions.dispatch import short_read_gate
 from oar.actions.registry import ActionSpec
 from oar.actions.targets import Target, ThisRelay, Unlocked
+from oar.core.db import is_sqlite
 from oar.core.errors import ActionError
 from tests.support.clients import Agent
 from tests.support.relays import Relay
@@ -152,3 +156,26 @@ def test_the_relay_checks_ask_the_target_instead_of_assuming_this_relay() -> Non
     here = ThisRelay(name="desk", agent_sessions_enabled=True)
     assert (here.unlocked_by(far), here.level, here.crossings) == ("always", "full", 0)
     assert refusal(here, "send") is None
+
+
+def test_short_reads_on_this_relay_queue_in_their_process_and_other_calls_do_not(relay: Relay, desk: Agent) -> None:
+    """docs/decisions.md#short-reads-one-at-a-time: on SQLite, a read_session or list_sessions
+    call of this relay (its token look-up included) waits while another runs in the process;
+    a call of any other action, or one naming a paired relay, does not queue. On PostgreSQL
+    nothing queues."""
+    assert sorted(name for name, spec in load_actions().items() if spec.short_read) == ["list_sessions", "read_session"]
+    for payload in ({"action": "relay_info", "relay": "this"}, {"action": "read_session", "relay": "lab"}, [], {"action": 3}):
+        assert isinstance(short_read_gate(payload), contextlib.nullcontext)
+    gate = short_read_gate({"action": "read_session", "relay": "this", "session": "x"})
+    if not is_sqlite():
+        assert isinstance(gate, contextlib.nullcontext)
+        return
+    assert gate is short_read_gate({"action": "list_sessions", "relay": "this"})
+    answers: list[dict[str, Any]] = []
+    with gate:
+        reading = threading.Thread(target=lambda: answers.append(desk.ok("list_sessions", relay="this")))
+        reading.start()
+        assert desk.ok("relay_info", relay="this")["relay"] == "desk"  # not queued behind the read
+        assert reading.is_alive() and not answers  # queued
+    reading.join(timeout=60)
+    assert answers and answers[0]["sessions"]

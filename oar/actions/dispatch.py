@@ -22,7 +22,7 @@ from oar.actions.context import CallContext
 from oar.actions.resolving import resolve_target
 from oar.actions.targets import Target, ThisRelay
 from oar.core import defaults
-from oar.core.db import is_busy
+from oar.core.db import is_busy, short_read
 from oar.core.errors import ActionError, database_busy, invalid
 from oar.core.fields import unstorable_text
 from oar.core.wait_slots import wait_slot
@@ -80,6 +80,16 @@ def check_only(ctx: CallContext, action: str, args: dict[str, Any], *, counted: 
         Call(ctx=ctx, caller=ctx.calling, target=target, spec=spec, args=checked),
         skip=() if counted else ("rate limit",),
     )
+
+
+def short_read_gate(payload: Any) -> contextlib.AbstractContextManager[Any]:
+    """What a call runs under, its caller's token look-up included: `db.short_read` for a
+    short-read action (`ActionSpec.short_read`) on this relay, else nothing. Bad input is left
+    to `dispatch`; it is refused the same under either."""
+    spec = load_actions().get(_action_name(payload)) if isinstance(_action_name(payload), str) else None
+    if spec is None or not spec.short_read or payload.get("relay", "this") != "this":
+        return contextlib.nullcontext()
+    return short_read()
 
 
 def _action_name(payload: Any) -> Any:

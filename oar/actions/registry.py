@@ -42,6 +42,9 @@ class ActionSpec:
     # Why a call of this action asks the owner, besides ask/plan mode and loop protection
     # (docs/rules.md#approval-cards): reasons from `cards.DECLARED_REASONS`, each asked when it applies.
     approval: tuple[str, ...] = ()
+    # Answered on this relay from a few indexed queries and nothing else (no wait, peer, file
+    # or write): its calls on this relay run under `db.short_read`, one at a time per process.
+    short_read: bool = False
 
 
 ACTIONS: dict[str, ActionSpec] = {}

@@ -104,6 +104,7 @@ def _sessions_query(scope: str, text: str | None, *, cursor: bool) -> Callable[.
         "cursor": Param("str", max_length=500, description="nextCursor of the previous page"),
     },
     level="read",
+    short_read=True,
 )
 def list_sessions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Sessions on the relay, most recently active first."""
@@ -155,6 +156,7 @@ def list_sessions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         ),
     },
     level="read",
+    short_read=True,
 )
 def read_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """A session's settings, its last messages and the reply being written."""

@@ -91,10 +91,11 @@ _pools: weakref.WeakSet[SqlitePool] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
-    global _writers
+    global _writers, _short_reads
     for pool in list(_pools):
         pool.forget_inherited()
     _writers = threading.Lock()  # a thread of the parent may have held it: none runs here
+    _short_reads = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -186,6 +187,24 @@ WRITE_LOCK_RETRY_SECONDS = 0.001
 # The threads of one process that write queue here for SQLite's write lock, each woken as the
 # one before it commits (docs/decisions.md#write-lock-queue).
 _writers = threading.Lock()
+
+# The short reads of one process's threads (`short_read`) run one at a time.
+_short_reads = threading.Lock()
+
+
+def short_read() -> contextlib.AbstractContextManager[Any]:
+    """On SQLite, a few indexed queries of a call that does nothing else (no wait, no peer, no
+    write: read_session, list_sessions) run one at a time per process.
+
+    Python's sqlite3 module lets go of the GIL at each statement step. With several such reads
+    at once in one process, each step handed the GIL to another request thread and back, a
+    futex wake-up and a context switch each: four threads reading at once spent half as much
+    CPU again per call as one (docs/decisions.md#short-reads-one-at-a-time). Queued here they
+    wait once each; the other processes keep the cores busy. On PostgreSQL the queries run in
+    the server's processes, and the threads' waits on them overlap: nothing is queued."""
+    if not is_sqlite():
+        return contextlib.nullcontext()
+    return _short_reads
 
 
 def write_transaction() -> contextlib.AbstractContextManager[Any]:

@@ -6,7 +6,7 @@ from flask import Blueprint, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from oar.actions.context import CallContext
-from oar.actions.dispatch import dispatch
+from oar.actions.dispatch import dispatch, short_read_gate
 from oar.actions.schema import call_schemas
 from oar.background import task_views, tasks
 from oar.core.errors import STATUS_BY_CODE, invalid
@@ -33,10 +33,11 @@ blueprint = Blueprint("api", __name__)
     errors=tuple(sorted({status for status in STATUS_BY_CODE.values() if status < 500} | {502, 503})),
 ))
 def relay_tool() -> ResponseReturnValue:
-    caller = require_agent()
     payload = json_body()
-    with watched_by(connection_watch(request.environ)):
-        status, body = dispatch(CallContext(runtime=runtime(), caller=caller, via="http"), payload)
+    with short_read_gate(payload):
+        caller = require_agent()
+        with watched_by(connection_watch(request.environ)):
+            status, body = dispatch(CallContext(runtime=runtime(), caller=caller, via="http"), payload)
     return jsonify(body), status
 
 

@@ -22,7 +22,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from oar import __version__
 from oar.actions.context import CallContext
-from oar.actions.dispatch import dispatch
+from oar.actions.dispatch import dispatch, short_read_gate
 from oar.actions.schema import relay_tool
 from oar.core.db import database
 from oar.core.errors import ActionError
@@ -203,7 +203,8 @@ def relay_tools() -> list[dict[str, Any]]:
 
 
 def run_relay_tool(ctx: CallContext, _name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    _status, body = dispatch(ctx, arguments)
+    with short_read_gate(arguments):
+        _status, body = dispatch(ctx, arguments)
     return body
 
 
