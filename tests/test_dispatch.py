@@ -159,7 +159,7 @@ def test_the_relay_checks_ask_the_target_instead_of_assuming_this_relay() -> Non
 
 
 def test_short_reads_on_this_relay_queue_in_their_process_and_other_calls_do_not(relay: Relay, desk: Agent) -> None:
-    """docs/decisions.md#short-reads-one-at-a-time: on SQLite, a read_session or list_sessions
+    """docs/decisions.md#short-reads-one-at-a-time-issue-14: on SQLite, a read_session or list_sessions
     call of this relay (its token look-up included) waits while another runs in the process;
     a call of any other action, or one naming a paired relay, does not queue. On PostgreSQL
     nothing queues."""

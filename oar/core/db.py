@@ -199,7 +199,7 @@ def short_read() -> contextlib.AbstractContextManager[Any]:
     Python's sqlite3 module lets go of the GIL at each statement step. With several such reads
     at once in one process, each step handed the GIL to another request thread and back, a
     futex wake-up and a context switch each: four threads reading at once spent half as much
-    CPU again per call as one (docs/decisions.md#short-reads-one-at-a-time). Queued here they
+    CPU again per call as one (docs/decisions.md#short-reads-one-at-a-time-issue-14). Queued here they
     wait once each; the other processes keep the cores busy. On PostgreSQL the queries run in
     the server's processes, and the threads' waits on them overlap: nothing is queued."""
     if not is_sqlite():
