@@ -86,7 +86,8 @@ def short_read_gate(payload: Any) -> contextlib.AbstractContextManager[Any]:
     """What a call runs under, its caller's token look-up included: `db.short_read` for a
     short-read action (`ActionSpec.short_read`) on this relay, else nothing. Bad input is left
     to `dispatch`; it is refused the same under either."""
-    spec = load_actions().get(_action_name(payload)) if isinstance(_action_name(payload), str) else None
+    name = _action_name(payload)
+    spec = load_actions().get(name) if isinstance(name, str) else None
     if spec is None or not spec.short_read or payload.get("relay", "this") != "this":
         return contextlib.nullcontext()
     return short_read()
