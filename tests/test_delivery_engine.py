@@ -31,6 +31,9 @@ TIMES = {
     "DELIVERY_MINUTE_SECONDS": str(MINUTE_SECONDS),
     "DELIVERY_WINDOW_SECONDS": "0.3",
     "DELIVERY_CAP_DIGEST_SECONDS": str(CAP_DIGEST_SECONDS),
+    # No test here stops a worker: a task starved of CPU for 3 s on a loaded machine is not
+    # failed as orphaned (its task_failed would wake the watchers).
+    "TASK_STALE_SECONDS": "30",
 }
 
 

@@ -68,6 +68,10 @@ def subprocess_env() -> dict[str, str]:
 
 def run(runtime: Runtime, task_id: str) -> str | None:
     """Run a claimed task's subprocess to its end; returns the final status (None: not ours)."""
+    values = runtime.settings()
+    # Checked again here: the worker's machine is the one that runs the command. Before the
+    # claim, whose heartbeat the reconciler ages from: a worker's first probe starts a sandbox.
+    reason = None if values.get("tasks_without_sandbox") else sandbox.unavailable(runtime.config)
     task = claim(task_id)
     if task is None:
         return None
@@ -76,12 +80,9 @@ def run(runtime: Runtime, task_id: str) -> str | None:
     path = Path(task.output_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     argv = ["/bin/sh", "-c", task.command] if task.shell else shlex.split(task.command)
-    values = runtime.settings()
     env: dict[str, str] | None = subprocess_env()
     with open(path, "ab") as output:
         if not values.get("tasks_without_sandbox"):
-            # Checked again here: the worker's machine is the one that runs the command.
-            reason = sandbox.unavailable(runtime.config)
             binary = sandbox.find_bwrap(runtime.config)
             if reason is not None or binary is None:
                 text = sandbox.unavailable_text(reason or "bwrap is not on PATH")
@@ -101,7 +102,7 @@ def run(runtime: Runtime, task_id: str) -> str | None:
         except OSError as error:
             output.write(f"{error}\n".encode())
             return tasks.finish(runtime, task.id, TaskStatus.FAILED, None, f"The command could not be started: {error}.")
-    Task.update(pid=process.pid).where(Task.id == task.id).execute()
+    Task.update(pid=process.pid, heartbeat_at=utcnow()).where(Task.id == task.id).execute()
     release_connection()
     killed = _watch(runtime, task, process)
     code = process.returncode
