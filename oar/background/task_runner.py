@@ -69,9 +69,10 @@ def subprocess_env() -> dict[str, str]:
 def run(runtime: Runtime, task_id: str) -> str | None:
     """Run a claimed task's subprocess to its end; returns the final status (None: not ours)."""
     values = runtime.settings()
+    sandboxed = not values.get("tasks_without_sandbox")
     # Checked again here: the worker's machine is the one that runs the command. Before the
     # claim, whose heartbeat the reconciler ages from: a worker's first probe starts a sandbox.
-    reason = None if values.get("tasks_without_sandbox") else sandbox.unavailable(runtime.config)
+    reason = sandbox.unavailable(runtime.config) if sandboxed else None
     task = claim(task_id)
     if task is None:
         return None
@@ -82,7 +83,7 @@ def run(runtime: Runtime, task_id: str) -> str | None:
     argv = ["/bin/sh", "-c", task.command] if task.shell else shlex.split(task.command)
     env: dict[str, str] | None = subprocess_env()
     with open(path, "ab") as output:
-        if not values.get("tasks_without_sandbox"):
+        if sandboxed:
             binary = sandbox.find_bwrap(runtime.config)
             if reason is not None or binary is None:
                 text = sandbox.unavailable_text(reason or "bwrap is not on PATH")

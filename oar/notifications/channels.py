@@ -139,9 +139,9 @@ def listed() -> list[Channel]:
     return list(Channel.select().order_by(Channel.created_at, Channel.name))
 
 
-def recent(channel: Channel, limit: int = 10) -> list[dict[str, Any]]:
-    """The channel's newest outbox rows: what went out, what waits, what failed and why."""
-    rows = Notification.select().where(Notification.channel == channel.name).order_by(Notification.id.desc()).limit(limit)
+def recent(name: str, limit: int = 10) -> list[dict[str, Any]]:
+    """The named channel's newest outbox rows: what went out, what waits, what failed and why."""
+    rows = Notification.select().where(Notification.channel == name).order_by(Notification.id.desc()).limit(limit)
     return [
         {"id": row.id, "kind": row.kind, "title": row.title, "count": row.count, "status": row.status,
          "attempts": row.attempts, "dueAt": iso(row.due_at), "sentAt": iso(row.sent_at) if row.sent_at else None,

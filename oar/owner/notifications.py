@@ -21,9 +21,10 @@ def list_channels(runtime: Runtime) -> list[dict[str, Any]]:
 
 def read_channel(runtime: Runtime, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The channel and its newest notifications."""
-    rows = channels.recent(channels.get(name))
-    # The channel read after its rows: a row settles in the transaction that writes the channel's
-    # last result, so the view never shows a row sent and the channel's error from before it.
+    rows = channels.recent(name)
+    # The channel read after its rows (and refused there if there is none): a row settles in the
+    # transaction that writes the channel's last result, so the view never shows a row sent and
+    # the channel's error from before it.
     return channels.view(channels.get(name)), rows
 
 
