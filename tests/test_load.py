@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -27,7 +28,7 @@ import requests
 from bench.load import LoadGenerator, Workload
 from bench.report import percentile
 from tests.support import suites
-from tests.support.clients import Agent, Owner
+from tests.support.clients import Agent, Client, Owner
 from tests.support.relays import FAST_TIMES, RelayStack, own_relay
 
 pytestmark = pytest.mark.stack
@@ -56,6 +57,8 @@ class Waits:
     late: list[float] = field(default_factory=list)
     woke: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    # Waits sent again after their connection was closed before any answer (see `waiter`).
+    resent: int = 0
 
     def failed(self, text: str) -> None:
         with self.lock:
@@ -66,14 +69,26 @@ def waiter(owner: Owner, agent: Agent, target: str, message_id: str, until: floa
     """Wait on `target`'s prompt again and again until `until`; a done turn gets a next prompt."""
     http = requests.Session()
     http.headers["Authorization"] = f"Bearer {agent.token}"
+    # The next prompt goes over a connection of this waiter's own: the owner's pool is 10 connections.
+    prompts = Client(owner.base_url, owner.token)
     while time.monotonic() + WAIT_SECONDS <= until:
         started = time.monotonic()
+        body: dict[str, Any] = {
+            "action": "wait", "relay": "this", "session": target, "message_id": message_id, "wait_seconds": WAIT_SECONDS,
+        }
         try:
-            response = http.post(
-                agent.base_url + "/api/v1/relay_tool", timeout=WAIT_SECONDS + 120,
-                json={"action": "wait", "relay": "this", "session": target, "message_id": message_id,
-                      "wait_seconds": WAIT_SECONDS},
-            )
+            try:
+                response = http.post(agent.base_url + "/api/v1/relay_tool", timeout=WAIT_SECONDS + 120, json=body)
+            except requests.ConnectionError:
+                # HTTP/1.1's keep-alive race: the server may close an idle connection just as the
+                # next request goes out on it (after a next prompt that took about the keep-alive
+                # time), and nothing was answered. A wait only reads, so it is sent again on a new
+                # connection, as clients do with idempotent requests; the logs are checked below
+                # for a web worker that died, which would drop connections too.
+                with waits.lock:
+                    waits.resent += 1
+                http.close()
+                response = http.post(agent.base_url + "/api/v1/relay_tool", timeout=WAIT_SECONDS + 120, json=body)
         except requests.RequestException as error:
             waits.failed(f"wait on {target[:8]} not answered: {error!r}")
             return
@@ -88,13 +103,13 @@ def waiter(owner: Owner, agent: Agent, target: str, message_id: str, until: floa
                 took - WAIT_SECONDS if status in ("queued", "running") else took
             )
         if status not in ("queued", "running"):
-            status_code, body = owner.request(
+            status_code, answer = prompts.request(
                 "POST", f"/api/v1/owner/sessions/{target}/messages", {"text": f"!sleep {TURN_SLEEP_SECONDS}"},
             )
             if status_code != 201:
-                waits.failed(f"next prompt for {target[:8]}: {status_code} {body}")
+                waits.failed(f"next prompt for {target[:8]}: {status_code} {answer}")
                 return
-            message_id = body["message_id"]
+            message_id = answer["message_id"]
 
 
 def conversations(owner: Owner) -> list[tuple[Agent, str, str]]:
@@ -150,12 +165,15 @@ def test_it_serves_200_long_waits_and_reads_at_full_rate(tmp_path: Path) -> None
         f"{READ_PROCESSES * READ_THREADS} connections, {read.ok:,} ok, {read.errors} errors\n"
         f"  reads (read_session):             {ms(read.latencies)}\n"
         f"  waits that ran out, late by:      {ms(waits.late)}\n"
-        f"  waits woken by their turn's end:  {ms(waits.woke)} after the call"
+        f"  waits woken by their turn's end:  {ms(waits.woke)} after the call\n"
+        f"  waits sent again after a closed keep-alive connection: {waits.resent}"
     )
     assert not waits.failures, "\n".join(waits.failures[:10])
     assert read.errors == 0 and read.ok > 0, (read.ok, read.errors)
     # Every waiter answered every wait it started (at least one each), and waits did run their full length.
     assert answered >= WAITERS and waits.late, dict(waits.statuses)
+    # No web worker died or was replaced (a resent wait is the keep-alive race, not a lost worker).
+    assert logs["web.log"].count("Booting worker") == int(WEB["WEB_CONCURRENCY"]), logs["web.log"][-3000:]
     for name, text in logs.items():
         assert LOCKED not in text, f"{name}: {text[text.index(LOCKED) - 2000:][:3000]}"
         assert "Traceback" not in text, f"{name}: {text[text.index('Traceback'):][:3000]}"
