@@ -6,22 +6,24 @@ A real SQLite file in a temporary folder, migrated as a relay's is.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import peewee
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from oar.actions import sessions as session_actions
 from oar.core import events, ids
 from oar.core.config import Config
 from oar.core.db import database, open_database
 from oar.core.models import Event, Message, Schedule, Session
-from oar.core.prepared import Prepared
+from oar.core.prepared import Prepared, as_stored
 from oar.core.settings import version_column
 from oar.core.statuses import TurnStatus
-from oar.core.timeutil import utcnow
+from oar.core.timeutil import iso, utcnow
 from oar.engine import outcomes
 from oar.owner.bootstrap import migrate
 
@@ -96,6 +98,31 @@ def test_rows_as_one_json_row_are_the_rows_peewee_gives(tmp_path: Path) -> None:
         one_row = Prepared(lambda session_id: Message.select(Message.id).where(Message.session == session_id).tuples())
         one_row.rows(made[0].id)
         assert next(iter(one_row._compiled.values())).one_row_sql is not None, "the JSON form was not used"
+
+
+def test_times_read_as_stored_show_as_their_datetimes_do(tmp_path: Path) -> None:
+    """`as_stored`: the text SQLite keeps, shown by `iso` with the same characters as the datetime
+    peewee reads (with and without microseconds), in the JSON form and in named tuples."""
+    open_database(Config(data_dir=tmp_path))
+    migrate()
+    with database.connection_context():
+        session = _seed()[0]
+        whole = Message.get(Message.session == session.id)
+        Message.update(created_at=whole.created_at.replace(microsecond=0)).where(Message.id == whole.id).execute()
+        stored = Prepared(lambda session_id: Message.select(Message.id, as_stored(Message.created_at)).where(
+            Message.session == session_id).order_by(Message.seq).namedtuples())
+        rows = stored.rows(session.id)
+        assert next(iter(stored._compiled.values())).one_row_sql is not None, "the JSON form was not used"
+        expected = {message.id: message.created_at for message in Message.select().where(Message.session == session.id)}
+        assert all(isinstance(row.created_at, str) for row in rows)
+        assert [iso(row.created_at) for row in rows] == [iso(expected[row.id]) for row in rows]
+        assert any(expected[row.id].microsecond == 0 for row in rows) and any(expected[row.id].microsecond for row in rows)
+
+
+@given(st.datetimes())
+def test_iso_of_a_stored_time_is_iso_of_the_time(moment: datetime) -> None:
+    assert iso(str(moment)) == iso(moment)
+    assert iso(moment.isoformat()) == iso(moment)  # another shape of text is parsed
 
 
 def test_a_column_json_would_change_keeps_the_query_as_it_is(tmp_path: Path) -> None:

@@ -85,6 +85,15 @@ class CallContext:
     def __post_init__(self) -> None:
         self.calling = self.remote or Caller.local(self.caller, self.turn)
 
+    def with_approval(self, approval: tuple[str, ...]) -> CallContext:
+        """This call as an action's handler gets it: a copy holding the approval reasons the action
+        declares. Copied as it is, the caller worked out once: `dataclasses.replace` walks the
+        fields and builds the caller again, on every call."""
+        copied = object.__new__(CallContext)
+        copied.__dict__.update(self.__dict__)
+        copied.approval = approval
+        return copied
+
     def cap_waits(self, seconds: int, reason: str) -> None:
         self.wait_until = time.monotonic() + seconds
         self.max_wait_reason = reason

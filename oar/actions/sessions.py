@@ -17,7 +17,7 @@ from oar.core import defaults
 from oar.core.errors import invalid, not_found
 from oar.core.fields import Param
 from oar.core.models import Message, Session
-from oar.core.prepared import Prepared
+from oar.core.prepared import Prepared, as_stored
 from oar.core.shapes import RELAY, SESSION
 from oar.core.statuses import OPEN_TURN, TaskStatus, TurnStatus
 from oar.core.timeutil import iso
@@ -29,7 +29,9 @@ SCOPES = ("active", "recent", "all", "archived")
 
 
 def encode_cursor(session: Any) -> str:
-    raw = json.dumps([session.last_activity_at.isoformat(), session.id]).encode()
+    moment = session.last_activity_at  # a datetime, or its stored text (`_LISTED_COLUMNS`)
+    moment = datetime.fromisoformat(moment) if isinstance(moment, str) else moment
+    raw = json.dumps([moment.isoformat(), session.id]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -42,11 +44,12 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         raise invalid("list_sessions: cursor is not one this relay gave out; call without cursor to start over.") from None
 
 
-# The columns list_sessions shows (`sessions.listed`, the cursor, the group field).
+# The columns list_sessions shows (`sessions.listed`, the cursor, the group field); the time is
+# only shown, so it comes as stored (`as_stored`, after the fields).
 _LISTED_COLUMNS = (
-    Session.id, Session.title, Session.provider, Session.model, Session.cwd, Session.last_activity_at,
+    Session.id, Session.title, Session.provider, Session.model, Session.cwd,
     Session.message_count, Session.created_by_session, Session.created_by_title, Session.may_create_sessions,
-    Session.archived, Session.group,
+    Session.archived, Session.group, as_stored(Session.last_activity_at),
 )
 # Prepared list_sessions queries by (scope, with a cursor); their SQL built once (oar/core/prepared.py).
 _LISTED: dict[tuple[str, bool], Prepared] = {}
@@ -228,9 +231,10 @@ _READ = Prepared(
 
 
 # The columns a message entry shows (`_message_entry`, `badge`); `activities` only when asked
-# for. The SQL of these reads is built once (oar/core/prepared.py).
+# for; the time, only shown, as stored (`as_stored`, after the fields). The SQL of these reads is
+# built once (oar/core/prepared.py).
 _SHOWN = (
-    Message.seq, Message.id, Message.role, Message.text, Message.created_at, Message.status, Message.error,
+    Message.seq, Message.id, Message.role, Message.text, Message.status, Message.error,
     Message.model, *(getattr(Message, column) for column in MESSAGE_COLUMNS.values()),
 )
 
@@ -239,7 +243,7 @@ def _newest(*columns: Any, before: bool) -> Prepared:
     """Rows as named tuples with the columns' names (read like messages, built faster)."""
 
     def build(session_id: Any, *rest: Any) -> Any:
-        query = Message.select(*columns).where(Message.session == session_id)
+        query = Message.select(*columns, as_stored(Message.created_at)).where(Message.session == session_id)
         if before:
             query = query.where(Message.seq < rest[0])
         return query.order_by(Message.seq.desc()).limit(rest[-1]).namedtuples()

@@ -8,7 +8,7 @@ dispatcher's checks ask the target instead of assuming this relay; `oar.actions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from oar.actions.context import CallContext, Caller
@@ -83,4 +83,4 @@ class ThisRelay:
         return caller.is_local or self.accepts_agent_prompts
 
     def run(self, ctx: CallContext, spec: ActionSpec, args: dict[str, Any]) -> dict[str, Any]:
-        return spec.handler(replace(ctx, approval=spec.approval), args)
+        return spec.handler(ctx.with_approval(spec.approval), args)

@@ -171,9 +171,12 @@ _AS_STORED = (peewee.CharField, peewee.TextField, peewee.IntegerField, peewee.Au
 
 
 def _converter(field: peewee.Field) -> Callable[[Any], Any]:
-    """`field.python_value`; for a datetime stored as text (SQLite), `datetime.fromisoformat`
-    first, which is what peewee ends up calling after a few steps of its own (and falls back
-    to when that fails)."""
+    """`field.python_value`; for a flag, `bool` itself (what peewee calls for a value that is not
+    NULL, and the rows only convert those), without a method's frame per value; for a datetime
+    stored as text (SQLite), `datetime.fromisoformat` first, which is what peewee ends up calling
+    after a few steps of its own (and falls back to when that fails)."""
+    if type(field) is peewee.BooleanField:
+        return bool
     if type(field) is not peewee.DateTimeField:
         return field.python_value
     slow = field.python_value
@@ -241,6 +244,15 @@ def _maker(query: Any) -> Callable[[Sequence[Any]], Any] | None:
         return instance
 
     return make
+
+
+def as_stored(field: peewee.Field) -> Any:
+    """`field` under its own name, its values as the database gives them instead of converted
+    by the field: on SQLite a datetime's text, which `timeutil.iso` shows without parsing it
+    (a parse and a format of each time of a listing were a tenth of its instructions,
+    docs/benchmarks.md#reads-what-is-left-of-a-call-2026-12-06). For rows that only show the column;
+    it goes after the model's fields, as the other extra columns."""
+    return field.alias(field.column_name)
 
 
 def scalars(rows: Sequence[Any]) -> list[Any]:
