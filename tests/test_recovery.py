@@ -39,6 +39,15 @@ def wait_until_running(agent: Agent, session: str, message_id: str) -> None:
     poll("the turn to start", running, seconds=60, every=0)
 
 
+def wait_until_written(agent: Agent, session: str, message_id: str, text: str) -> None:
+    """Until the running turn's partial reply holds `text`."""
+
+    def written() -> bool:
+        return text in status_of(agent, session, message_id).get("progress", {}).get("text", "")
+
+    poll(f"{text!r} in the partial reply", written, seconds=60, every=0.01)
+
+
 def status_of(agent: Agent, session: str, message_id: str, wait_seconds: int = 0) -> dict[str, Any]:
     return agent.ok("wait", relay="this", session=session, message_id=message_id, wait_seconds=wait_seconds)
 
@@ -159,6 +168,9 @@ def test_a_stop_request_ends_a_streaming_turn_at_once(recovery: Any, record_prop
         created = desk.ok("create_session", relay="this", text=f"!stream 1000 50\nattempt {attempt}", wait_seconds=0)
         session = created["session"]
         wait_until_running(desk, session, created["message_id"])
+        # Stopped once its first chunk is written: a loaded machine can take longer than a chunk
+        # between the turn's start and its first partial write, and the stop keeps what was written.
+        wait_until_written(desk, session, created["message_id"], "chunk 1")
         started = time.monotonic()
         assert desk.ok("stop", relay="this", session=session)["acknowledgement"] == "stop-queued"
         stopped = status_of(desk, session, created["message_id"], wait_seconds=10)
