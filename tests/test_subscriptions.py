@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from rq.job import Job
@@ -9,7 +10,7 @@ from rq.registry import FinishedJobRegistry, StartedJobRegistry
 
 from oar.core import jobs
 from tests.support.clients import Agent, denied_by_owner, poll
-from tests.support.conversations import event_lines, messages_of
+from tests.support.conversations import decide, event_lines, messages_of, pending_card
 from tests.support.relays import Relay
 
 
@@ -90,6 +91,33 @@ def test_own_waited_prompts_do_not_wake_the_watcher_twice(relay: Relay, desk: Ag
     owner.ok("send", relay="this", session=body["session"], text="not mine", wait_seconds=30)
     [message] = poll("only the other turn delivered", lambda: watcher_events(relay, desk), seconds=30)
     assert '"echo: not mine"' in message and "waited" not in message
+
+
+def test_a_subscription_watches_from_when_it_is_written_not_from_when_its_call_began(relay: Relay, desk: Agent) -> None:
+    """A subscribe that waits on its card starts watching when the Allow lets it be written: an
+    event the engine took in meanwhile is before it, and every event after it is delivered."""
+    build = desk.ok("create_session", relay="this", text="hello", title="Build", wait_seconds=30)
+    early = relay.conversation("early")  # keeps the engine reading events while the card waits
+    early.ok("subscribe", sessions=[build["session"]], events=["turn_end"])
+    watcher = relay.conversation("watcher", approvals=())
+    outcome: dict[str, Any] = {}
+    call = threading.Thread(target=lambda: outcome.update(
+        answer=watcher.call("subscribe", sessions=[build["session"]], events=["turn_end"])))
+    call.start()
+    card = pending_card(relay)
+    meanwhile = desk.ok("send", relay="this", session=build["session"], text="while the card waits", wait_seconds=30)
+    poll("the event taken in and delivered to the early watcher", lambda: [
+        line for line in watcher_events(relay, early) if "while the card waits" in line], seconds=30)
+    decide(relay, card["id"], "allow")
+    call.join(30)
+    status, body = outcome["answer"]
+    assert status == 200 and body["ok"] is True, body
+    shown = desk.ok("read_session", relay="this", session=build["session"])["messages"]
+    written_meanwhile = next(m for m in shown if m["id"] == meanwhile["reply"]["messageId"])
+    assert body["subscription"]["createdAt"] > written_meanwhile["createdAt"], (body["subscription"], written_meanwhile)
+    desk.ok("send", relay="this", session=build["session"], text="after the allow", wait_seconds=30)
+    [message] = poll("the event after the Allow delivered", lambda: watcher_events(relay, watcher), seconds=30)
+    assert '"echo: after the allow"' in message and "while the card waits" not in message, message
 
 
 def test_archiving_a_named_session_ends_the_subscription(relay: Relay, desk: Agent) -> None:

@@ -95,6 +95,7 @@ def subscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     with write_transaction():
         if subscriptions_of(caller.id) >= subscription_rules.MAX_SUBSCRIPTIONS:
             raise limit_reached()  # another call took the last place while the card waited
+        start = ingest.watch_start()
         row = Subscription.create(
             id=lifetime.new_id(),
             watcher=caller.id,
@@ -109,7 +110,7 @@ def subscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             digest_minutes=args.get("digest_minutes"),
             quiet_hours=quiet.as_dict() if quiet else None,
             hops=ctx.hops(),
-            created_at=ctx.now,
+            created_at=start,
         )
         row.idle = not subscription_rules.busy(subscription_rules.watched_ids(row))
         row.save()

@@ -17,9 +17,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from oar.core import defaults, keys, lease_lock
-from oar.core.db import is_sqlite, released_connection, write_transaction
+from oar.core.db import is_sqlite, lock_rows, released_connection, write_transaction
 from oar.core.models import Event, Setting, Subscription
 from oar.core.runtime import Runtime
+from oar.core.timeutil import utcnow
 from oar.watching import due_jobs, held, holding, matching, subscription_rules
 
 CURSOR_KEY = held.CURSOR_KEY
@@ -35,6 +36,23 @@ def ensure_cursor() -> None:
     """The engine's cursor exists once anything is watched (written with the first
     subscription, so that no background job adds the row later)."""
     Setting.insert(key=CURSOR_KEY, value=0).on_conflict_ignore().execute()
+
+
+def watch_start() -> datetime:
+    """Inside the write transaction that writes a subscription: the moment it starts watching.
+
+    The engine holds an event for a subscription created at or before the event
+    (`matching`), and matches each batch against the subscriptions there when it claims the
+    batch (`claim_and_hold`). So the moment is taken once no batch can be claimed meanwhile:
+    under SQLite's write lock, which the claim needs too, and on PostgreSQL with the cursor's
+    row locked, as the claim's UPDATE locks it. A batch claimed before holds only events
+    written before this moment; one claimed after sees the new subscription. Taken at the
+    start of the call instead (before its card, its checks), an event written in between and
+    claimed before the subscription was committed was held for nobody
+    (docs/decisions.md#a-subscription-watches-from-when-it-is-written-issue-14).
+    """
+    lock_rows(Setting.select().where(Setting.key == CURSOR_KEY))
+    return utcnow()
 
 
 def _cursor() -> int | None:
