@@ -159,7 +159,9 @@ def stuck_details() -> str:
                  for m in Message.select().where(Message.status.not_in(FINAL) & Message.status.is_null(False)).limit(5)]
         held = [(h.id, h.watcher_id, h.reason, h.due_at) for h in
                 HeldEvent.select().where(HeldEvent.delivered_at.is_null() & ~HeldEvent.dropped).limit(5)]
-    return f"turns {turns}; held {held}"
+        schedules = [(s.id, s.target_id, s.at, s.every_minutes, s.next_fire_at, s.held_since, s.fired_count)
+                     for s in Schedule.select().where(Schedule.ended_at.is_null()).limit(5)]
+    return f"turns {turns}; held {held}; schedules {schedules}"
 
 
 def check(tally: Tally) -> dict[str, Any]:
@@ -311,7 +313,7 @@ def print_counts(tally: Tally, report: dict[str, Any]) -> None:
     print(f"kills: {line(tally.kills)}; Redis flushed {tally.flushes}×; cards allowed {tally.cards_allowed}")
     print(f"prompts by final state: {line(report['prompts'])} (by origin: {line(report['prompt kinds'])}); "
           f"queued at a worker kill, then ran: {report['queued at a worker kill, then ran']}")
-    print(f"schedules: {line(report['schedules'])}")
+    print(f"schedules: {line(report['schedules'])} ({tally.schedules_found_afterwards} found afterwards)")
     print(f"deliveries: {line(report['deliveries'])}")
     print(f"tasks: {line(report['tasks'])}")
 

@@ -18,9 +18,10 @@ import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import requests
 
@@ -28,6 +29,7 @@ from oar.core.timeutil import utcnow
 from tests.support.clients import Agent, Owner, poll
 from tests.support.relays import CLOCK, WEB, WORKER, RelayStack
 
+T = TypeVar("T")
 PARTS = (WEB, WORKER, CLOCK)
 # How often each kind of action is drawn.
 WEIGHTS = {"send": 40, "create_session": 10, "wait": 12, "schedule": 14, "subscribe": 6, "task": 10, "unschedule": 2}
@@ -50,6 +52,7 @@ class Tally:
     worker_kills: list[datetime] = field(default_factory=list)
     flushes: int = 0
     cards_allowed: int = 0
+    schedules_found_afterwards: int = 0  # set by an interrupted call, found by list_schedules
     errors: list[str] = field(default_factory=list)
 
 
@@ -196,17 +199,31 @@ class Workload:
         return self._answer("task", status, body)
 
     def finish(self) -> None:
-        """End the recurring schedules the workload left, so that the relay can fall quiet."""
+        """End the recurring schedules the workload left, so that the relay can fall quiet.
+
+        A schedule set by a call whose answer the killed web never sent is found as its agent
+        would find it, with list_schedules, and checked with the others afterwards; a recurring
+        one of those would otherwise fire for ever."""
+        for desk in self.desks:
+            listed = self._retried(lambda desk=desk: desk.ok("list_schedules"))["schedules"]
+            for entry in listed:
+                if entry["id"] not in self.tally.schedules:
+                    at = None if entry["everyMinutes"] else datetime.fromisoformat(entry["at"]).replace(tzinfo=None)
+                    self.tally.schedules[entry["id"]] = at
+                    self.tally.schedules_found_afterwards += 1
         for schedule_id, at in self.tally.schedules.items():
             if at is None:
-                for attempt in range(3):  # a connection the killed web left behind may fail once
-                    try:
-                        assert self._unschedule(schedule_id), schedule_id
-                        break
-                    except requests.RequestException:
-                        if attempt == 2:
-                            raise
-                        self.web.wait_until_up()
+                assert self._retried(lambda schedule_id=schedule_id: self._unschedule(schedule_id)), schedule_id
+
+    def _retried(self, call: Callable[[], T]) -> T:
+        for attempt in range(3):  # a connection the killed web left behind may fail once
+            try:
+                return call()
+            except requests.RequestException:
+                if attempt == 2:
+                    raise
+                self.web.wait_until_up()
+        raise AssertionError("not reached")
 
 
 @dataclass
