@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from rq.job import Job
 from rq.registry import FinishedJobRegistry, StartedJobRegistry
 
 from oar.core import jobs
-from tests.support.clients import Agent, denied_by_owner, poll
-from tests.support.conversations import decide, event_lines, messages_of, pending_card
+from tests.support.clients import Agent, decide_while_waiting, denied_by_owner, poll
+from tests.support.conversations import event_lines, messages_of
 from tests.support.relays import Relay
 
 
@@ -100,20 +99,20 @@ def test_a_subscription_watches_from_when_it_is_written_not_from_when_its_call_b
     early = relay.conversation("early")  # keeps the engine reading events while the card waits
     early.ok("subscribe", sessions=[build["session"]], events=["turn_end"])
     watcher = relay.conversation("watcher", approvals=())
-    outcome: dict[str, Any] = {}
-    call = threading.Thread(target=lambda: outcome.update(
-        answer=watcher.call("subscribe", sessions=[build["session"]], events=["turn_end"])))
-    call.start()
-    card = pending_card(relay)
-    meanwhile = desk.ok("send", relay="this", session=build["session"], text="while the card waits", wait_seconds=30)
-    poll("the event taken in and delivered to the early watcher", lambda: [
-        line for line in watcher_events(relay, early) if "while the card waits" in line], seconds=30)
-    decide(relay, card["id"], "allow")
-    call.join(30)
-    status, body = outcome["answer"]
+    sent: dict[str, Any] = {}
+
+    def turn_ends_and_is_taken_in() -> None:
+        sent.update(desk.ok("send", relay="this", session=build["session"], text="while the card waits", wait_seconds=30))
+        poll("the event taken in and delivered to the early watcher", lambda: [
+            line for line in watcher_events(relay, early) if "while the card waits" in line], seconds=30)
+
+    _card, status, body = decide_while_waiting(
+        relay.owner, watcher, "allow", "subscribe", meanwhile=turn_ends_and_is_taken_in,
+        sessions=[build["session"]], events=["turn_end"],
+    )
     assert status == 200 and body["ok"] is True, body
     shown = desk.ok("read_session", relay="this", session=build["session"])["messages"]
-    written_meanwhile = next(m for m in shown if m["id"] == meanwhile["reply"]["messageId"])
+    written_meanwhile = next(m for m in shown if m["id"] == sent["reply"]["messageId"])
     assert body["subscription"]["createdAt"] > written_meanwhile["createdAt"], (body["subscription"], written_meanwhile)
     desk.ok("send", relay="this", session=build["session"], text="after the allow", wait_seconds=30)
     [message] = poll("the event after the Allow delivered", lambda: watcher_events(relay, watcher), seconds=30)

@@ -101,10 +101,13 @@ class Owner(Client):
         return Agent(self.base_url, token, session_id)
 
 
-def decide_while_waiting(owner: Owner, agent: Agent, decision: str, action: str, **args: Any) -> tuple[dict[str, Any], int, dict[str, Any]]:
+def decide_while_waiting(
+    owner: Owner, agent: Agent, decision: str, action: str, *, meanwhile: Callable[[], None] | None = None, **args: Any
+) -> tuple[dict[str, Any], int, dict[str, Any]]:
     """`agent` calls `action` over HTTP (no turn of its own: the waiting call is the card's live turn);
-    the owner decides the card the call waits on, through the owner API. Returns the card as the
-    Inbox showed it, and the call's status and body."""
+    the owner decides the card the call waits on, through the owner API, after `meanwhile` (what
+    happens while the card waits) has run. Returns the card as the Inbox showed it, and the
+    call's status and body."""
     answer: dict[str, Any] = {}
     call = threading.Thread(target=lambda: answer.update(zip(("status", "body"), agent.call(action, **args), strict=True)))
     call.start()
@@ -113,6 +116,8 @@ def decide_while_waiting(owner: Owner, agent: Agent, decision: str, action: str,
             c for c in owner.get("/api/v1/owner/inbox")["cards"]
             if c["session"]["id"] == agent.session_id and c["action"] == action and not c["stoppedWaiting"]
         ), None))
+        if meanwhile is not None:
+            meanwhile()
         owner.post(f"/api/v1/owner/cards/{card['id']}", {"decision": decision})
     finally:
         call.join(60)
