@@ -4,16 +4,18 @@ watcher in one row, and read as before — one line each, in order, counted as e
 from __future__ import annotations
 
 import threading
+from datetime import UTC, timedelta
 from pathlib import Path
 
 import pytest
+from rq.registry import ScheduledJobRegistry
 
-from oar.core import events, ids, jobs
+from oar.core import events, ids, jobs, keys, lease_lock
 from oar.core.db import database, write_transaction
-from oar.core.models import HeldEvent, Setting
+from oar.core.models import Event, HeldEvent, Setting
 from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
-from oar.watching import held, ingest
+from oar.watching import delivering, held, ingest
 from tests.support.clients import poll
 from tests.support.conversations import event_lines
 from tests.support.relays import FAST_TIMES, Relay, own_relay
@@ -207,3 +209,85 @@ def test_watchers_alike_are_matched_together_and_each_leaves_out_its_own(tmp_pat
             ))
         assert alone.count == 1 and alone.seqs is None and alone.turn_id is not None
         assert len(bundles) == 1 and bundles[0].count == len(everything)
+
+
+def test_the_first_subscription_starts_the_engine_after_the_events_before_it(tmp_path: Path) -> None:
+    """No subscription holds an event from before it was written, so the engine's cursor
+    starts past the history (but for the last EVENT_GAP_GRACE, which may still be committing):
+    the first watcher's events do not wait behind a week of old ones being read."""
+    with own_relay(tmp_path, worker=False) as stack:  # no worker: nothing ingests but the test
+        relay = stack.relay
+        assert relay is not None and relay.runtime is not None
+        target = relay.conversation("Build")
+        old = _record_turn_ends(target.session_id, 3)
+        recent = _record_turn_ends(target.session_id, 2)
+        with database.connection_context():  # the first three happened an hour ago
+            Event.update(created_at=utcnow() - timedelta(hours=1)).where(Event.seq.in_(old)).execute()
+        watcher = relay.conversation("watcher")
+        watcher.ok("subscribe", sessions=["all"], events=["turn_end"])
+        with database.connection_context():
+            assert held.cursor() == old[-1]
+            later = _record_turn_ends(target.session_id, 2)
+            # The recent ones are read again, and hold nothing: they came before the subscription.
+            assert ingest.ingest_pending(relay.runtime, utcnow) == len(recent) + len(later)
+        assert _held_seqs(watcher.session_id) == later
+
+
+def test_an_ingestion_out_of_time_leaves_the_rest_to_a_worker(tmp_path: Path) -> None:
+    """The clock's sweep ingests for about one period; the jobs of events committed meanwhile
+    found its lock taken and left their events to it. What it leaves goes to a worker's job
+    at once, not to the next sweep (no clock runs here, and no delivery starts a turn whose
+    end would ingest it: the window is an hour)."""
+    with own_relay(tmp_path, {**FAST_TIMES, "DELIVERY_WINDOW_SECONDS": "3600"}, worker=False) as stack:
+        relay = stack.relay
+        assert relay is not None and relay.runtime is not None
+        target = relay.conversation("Build")
+        watcher = relay.conversation("watcher")
+        watcher.ok("subscribe", sessions=["all"], events=["turn_end"])
+        recorded = _record_turn_ends(target.session_id, ingest.INGEST_BATCH + 5)
+        with database.connection_context():
+            # No time at all: one batch, and the rest left.
+            assert ingest.ingest_pending(relay.runtime, utcnow, budget_seconds=0) == ingest.INGEST_BATCH
+        stack.start_worker()
+        poll("the rest ingested by a worker", lambda: _cursor_at(recorded[-1]), seconds=60)
+        assert _held_seqs(watcher.session_id) == recorded
+
+
+def _cursor_at(seq: int) -> bool:
+    with database.connection_context():
+        return held.cursor() >= seq
+
+
+def test_a_sweep_hands_the_watchers_due_since_its_lag_back_to_a_job(tmp_path: Path) -> None:
+    """The clock's sweep delivers what is a period overdue and leaves the rest to the due
+    jobs; a due job that ran while the sweep held the delivery lock found it taken and left
+    its watchers to the sweep. The sweep hands them back to a job, at once."""
+    with own_relay(tmp_path, worker=False) as stack:
+        relay = stack.relay
+        assert relay is not None and relay.runtime is not None
+        runtime = relay.runtime
+        target = relay.conversation("Build")
+        watcher = relay.conversation("watcher")
+        watcher.ok("subscribe", sessions=["all"], events=["turn_end"])
+        _record_turn_ends(target.session_id, 2)
+        with database.connection_context():
+            ingest.ingest_pending(runtime, utcnow)
+            due = held.next_due(watcher.session_id)
+        assert due is not None
+        poll("the window closed", lambda: utcnow() >= due, seconds=30)
+        # The due time's jobs are the ones that found the lock taken: gone, as they returned.
+        runtime.queue.empty()
+        scheduled = ScheduledJobRegistry(queue=runtime.queue)
+        for job_id in scheduled.get_job_ids():
+            scheduled.remove(job_id)
+        with database.connection_context():
+            sweep = lease_lock.take(runtime.redis, keys.delivery_lock(runtime.config.namespace), 30)
+            assert sweep is not None and sweep.held
+            stamp = int(due.replace(tzinfo=UTC).timestamp() * 1000) + 1
+            assert delivering.run_due_job(runtime, stamp, utcnow) == 0  # the lock was taken
+            sweep.release()
+            # The sweep itself, with its lag: nothing is that overdue.
+            assert delivering.deliver_overdue(runtime, utcnow, lag_seconds=3600) == 0
+        stack.start_worker()
+        [message] = poll("the delivery", lambda: event_lines(relay, watcher.session_id) or None, seconds=60)
+        assert len(message.splitlines()) == 3

@@ -114,7 +114,7 @@ def subscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         )
         row.idle = not subscription_rules.busy(subscription_rules.watched_ids(row))
         row.save()
-        ingest.ensure_cursor()
+        ingest.ensure_cursor(start)
     view = views.view(row)
     watched = "all sessions" if scope == "all" else f"{len(named)} session{'s' if len(named) != 1 else ''}"
     return {

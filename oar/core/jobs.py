@@ -62,6 +62,11 @@ def poke_delivery(runtime: Runtime) -> None:
     poke_notifications(runtime)
     if not _ANY_WATCHER.rows():
         return  # nobody watches: the clock's sweeper moves the cursor on
+    enqueue_ingestion(runtime)
+
+
+def enqueue_ingestion(runtime: Runtime) -> None:
+    """Ask a worker to ingest new events; the clock's sweeper does it anyway if Redis is unreachable."""
     try:
         runtime.queue.enqueue(INGEST_EVENTS, result_ttl=0, failure_ttl=86_400)
     except redis.RedisError as error:

@@ -71,7 +71,18 @@ def deliver_overdue(runtime: Runtime, now_reader: Any, lag_seconds: float = 0) -
         # A caller that found the lock taken just now left its watchers to this one (a round
         # that delivered nothing stops: what is left keeps failing, and the sweeper retries it).
         if unlocked or not made_in_round or not _overdue_watchers(now_reader() - timedelta(seconds=lag_seconds)):
+            if lag_seconds and not unlocked:
+                _hand_back_recent(runtime, now_reader(), lag_seconds)
             return delivered
+
+
+def _hand_back_recent(runtime: Runtime, now: datetime, lag_seconds: float) -> None:
+    """A caller that delivers only what is `lag_seconds` overdue (the clock's sweep) leaves the
+    watchers due since to their due jobs; those that ran while it held the lock found it taken
+    and left them to it. One more job goes on with them, else they waited for the next sweep."""
+    recent = set(_overdue_watchers(now)) - set(_overdue_watchers(now - timedelta(seconds=lag_seconds)))
+    if recent:
+        due_jobs.enqueue_due(runtime, now, suffix="-after-sweep")
 
 
 def _deliver_pass(runtime: Runtime, now: datetime, lag_seconds: float, lease: lease_lock.Lease) -> int:

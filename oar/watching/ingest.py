@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from oar.core import defaults, keys, lease_lock
+from oar.core import defaults, jobs, keys, lease_lock
 from oar.core.db import is_sqlite, lock_rows, released_connection, write_transaction
 from oar.core.models import Event, Setting, Subscription
 from oar.core.runtime import Runtime
@@ -32,10 +32,23 @@ INGEST_ATTEMPTS = 3
 EVENT_GAP_GRACE = timedelta(seconds=10)
 
 
-def ensure_cursor() -> None:
+def ensure_cursor(watching_since: datetime | None = None) -> None:
     """The engine's cursor exists once anything is watched (written with the first
-    subscription, so that no background job adds the row later)."""
-    Setting.insert(key=CURSOR_KEY, value=0).on_conflict_ignore().execute()
+    subscription, so that no background job adds the row later).
+
+    Given the first subscription's start, it starts past the events older than that by
+    more than EVENT_GAP_GRACE: no subscription holds an event from before it was written
+    (`watch_start`), and from 0 the engine read and matched up to a week of history
+    (events are kept 7 days) while the first watcher's events waited behind it. The grace
+    leaves to be read the events of transactions still open then (on PostgreSQL a `seq` is
+    drawn at the insert and transactions commit in any order); the newest event older than
+    it stands for all of smaller `seq`, whose inserts came before its own."""
+    start = 0
+    if watching_since is not None:
+        older = (Event.select(Event.seq).where(Event.created_at < watching_since - EVENT_GAP_GRACE)
+                 .order_by(Event.created_at.desc()).limit(1).scalar())
+        start = older or 0
+    Setting.insert(key=CURSOR_KEY, value=start).on_conflict_ignore().execute()
 
 
 def watch_start() -> datetime:
@@ -158,8 +171,8 @@ def claim_and_hold(runtime: Runtime, now: datetime, batch: Batch) -> int:
 
 
 def ingest_pending(runtime: Runtime, now_reader: Any, budget_seconds: float | None = None) -> int:
-    """Ingest batch after batch until nothing new is left (or `budget_seconds` have passed);
-    returns how many events.
+    """Ingest batch after batch until nothing new is left, or `budget_seconds` have passed
+    (then a worker's ingest job goes on with what is left); returns how many events.
 
     One relay process at a time does it (a lock in Redis, as for deliveries): every event
     commit enqueues an ingestion, and ingesters that read the same batch would each match it
@@ -176,6 +189,7 @@ def ingest_pending(runtime: Runtime, now_reader: Any, budget_seconds: float | No
     total = 0
     while True:
         made_in_round = 0
+        out_of_time = False
         lease = lease_lock.take(runtime.redis, keys.ingest_lock(runtime.config.namespace), runtime.time("DELIVERY_LOCK_SECONDS"))
         if lease is None:
             return total
@@ -185,13 +199,21 @@ def ingest_pending(runtime: Runtime, now_reader: Any, budget_seconds: float | No
                 total += count
                 made_in_round += count
                 if budget_seconds is not None and time.monotonic() - started >= budget_seconds:
-                    return total
+                    out_of_time = True
+                    break
                 lease.renew()
                 if is_sqlite():
                     with released_connection():
                         time.sleep(runtime.time("INGEST_PAUSE_SECONDS"))
         finally:
             lease.release()
+        if out_of_time:
+            # The jobs of events committed meanwhile found the lock taken and left their events
+            # to this caller, which stops here: a worker's job goes on with them, once the lock
+            # is free (else they waited for the clock's next sweep, a period later).
+            if not unlocked and _pending():
+                jobs.enqueue_ingestion(runtime)
+            return total
         # A caller that found the lock taken just now left its events to this one (a round
         # that ingested nothing stops: what is left waits behind a gap, for the sweeper).
         if unlocked or not made_in_round or not _pending():
