@@ -219,11 +219,11 @@ def test_the_first_subscription_starts_the_engine_after_the_events_before_it(tmp
         relay = stack.relay
         assert relay is not None and relay.runtime is not None
         target = relay.conversation("Build")
-        old = _record_turn_ends(target.session_id, 3)
-        recent = _record_turn_ends(target.session_id, 2)
-        with database.connection_context():  # the first three happened an hour ago
-            Event.update(created_at=utcnow() - timedelta(hours=1)).where(Event.seq.in_(old)).execute()
         watcher = relay.conversation("watcher")
+        old = _record_turn_ends(target.session_id, 3)
+        with database.connection_context():  # these three happened an hour ago
+            Event.update(created_at=utcnow() - timedelta(hours=1)).where(Event.seq.in_(old)).execute()
+        recent = _record_turn_ends(target.session_id, 2)  # and these a moment before subscribing
         watcher.ok("subscribe", sessions=["all"], events=["turn_end"])
         with database.connection_context():
             assert held.cursor() == old[-1]
