@@ -78,9 +78,7 @@ class DueTimer:
                 return 0  # more are due at once than one batch: go on at once
             first_held = held.earliest_due_after(self.handed_until or datetime.min)
             if first_held is not None and first_held <= now:
-                # Its own job id: RQ's scheduled copy of a due time in this very millisecond
-                # would share it, and RQ deleted the job under whichever copy ended second.
-                due_jobs.enqueue_due(self.runtime, now, suffix="-timer")
+                due_jobs.enqueue_due(self.runtime, now)
                 self.handed_until = now
         # What is due at or before `now` now is paused (agent sessions off), failing or
         # handed over: the sweeper's. The timer sleeps until the next time after it.

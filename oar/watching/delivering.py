@@ -82,7 +82,7 @@ def _hand_back_recent(runtime: Runtime, now: datetime, lag_seconds: float) -> No
     and left them to it. One more job goes on with them, else they waited for the next sweep."""
     recent = set(_overdue_watchers(now)) - set(_overdue_watchers(now - timedelta(seconds=lag_seconds)))
     if recent:
-        due_jobs.enqueue_due(runtime, now, suffix="-after-sweep")
+        due_jobs.enqueue_due(runtime, now)
 
 
 def _deliver_pass(runtime: Runtime, now: datetime, lag_seconds: float, lease: lease_lock.Lease) -> int:

@@ -37,12 +37,15 @@ def schedule_next(runtime: Runtime, watcher_id: str) -> None:
 
 def enqueue_due(runtime: Runtime, due: datetime, suffix: str = "") -> None:
     stamp = ceil(due.replace(tzinfo=UTC).timestamp() * 1000)  # never before `due`
-    job_id = keys.delivery_job_id(stamp, suffix)
     try:
         if due <= utcnow():
+            # Not the id of the scheduled copy of the same due time (the timer enqueues at the
+            # due time itself, within its millisecond): RQ ran both under one id and deleted the
+            # job under whichever ended second, which then failed (InvalidJobOperation).
+            job_id = keys.delivery_job_id(stamp, f"{suffix}-now")
             runtime.queue.enqueue(jobs.DELIVER_DUE, stamp, job_id=job_id, result_ttl=0, failure_ttl=86_400)
         else:
-            runtime.queue.enqueue_at(due.replace(tzinfo=UTC), jobs.DELIVER_DUE, stamp, job_id=job_id,
+            runtime.queue.enqueue_at(due.replace(tzinfo=UTC), jobs.DELIVER_DUE, stamp, job_id=keys.delivery_job_id(stamp, suffix),
                                      result_ttl=0, failure_ttl=86_400)
             runtime.signal_due()
     except redis.RedisError as error:
