@@ -36,7 +36,7 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         "part", nargs="?", choices=("all", "schedules"), default="all",
         help="what to measure: everything (default), or only schedule firing accuracy; "
         "`python -m bench tasks [--gigabyte]`, `python -m bench providers`, `python -m bench delivery`, "
-        "`python -m bench idle` and `python -m bench instructions` run one part alone",
+        "`python -m bench idle`, `python -m bench instructions` and `python -m bench caches` run one part alone",
     )
     parser.add_argument(
         "--schedules", type=int, default=1000, help="schedules due within one minute (default 1000; 0: none)"
@@ -255,6 +255,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench import instructions
 
         return instructions.run(argv[1:])
+    if argv[:1] == ["caches"]:  # `python -m bench caches`: a read's time with the caches warm and flushed
+        from bench import caches
+
+        return caches.run(argv[1:])
     if argv[:1] == ["delivery"]:  # `python -m bench delivery`: relay events fanned out to 200 watchers
         from bench import delivery
 

@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,14 @@ def child(plan_file: Path, endpoint: str, calls: int) -> None:
     """In the measured process: `WARM_UP_CALLS` + `calls` calls to `endpoint` through the WSGI app."""
     plan = json.loads(plan_file.read_text())
     os.environ.update(plan["env"])
+    call = caller(plan, endpoint)
+    for _ in range(WARM_UP_CALLS + calls):
+        call()
+
+
+def caller(plan: dict[str, Any], endpoint: str) -> Callable[[], None]:
+    """One call to `endpoint` through its WSGI app, built in this process from `plan` (the
+    relay's environment already in `os.environ`): the environ, the call, the answer read."""
     from werkzeug.test import EnvironBuilder
 
     if endpoint == "bare":
@@ -94,8 +102,7 @@ def child(plan_file: Path, endpoint: str, calls: int) -> None:
         if not statuses[0].startswith("200"):
             raise RuntimeError(f"{endpoint} answered {statuses[0]}")
 
-    for _ in range(WARM_UP_CALLS + calls):
-        call()
+    return call
 
 
 def instructions(plan_file: Path, endpoint: str, calls: int, out_dir: Path) -> int:
