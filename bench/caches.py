@@ -25,9 +25,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench import seed, stack
-from bench.instructions import ENDPOINTS, WARM_UP_CALLS, caller, prepare
+from bench.instructions import ENDPOINTS, WARM_UP_CALLS, caller, prepare, progress
 
 CACHE_LINE = 64
+# Warm and cold calls alternate in rounds of this many each, so that a drift in the machine's load falls on both.
+ROUND = 50
 
 
 def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
@@ -37,10 +39,6 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--sessions", type=int, default=1000, help="seeded sessions (default 1000)")
     parser.add_argument("--messages", type=int, default=50, help="messages per seeded session (default 50)")
     return parser.parse_args(argv)
-
-
-def progress(text: str) -> None:
-    print(f"[bench] {text}", file=sys.stderr, flush=True)
 
 
 def child(plan_file: Path, endpoint: str, calls: int, flush_mib: int) -> None:
@@ -54,13 +52,12 @@ def child(plan_file: Path, endpoint: str, calls: int, flush_mib: int) -> None:
         call()
     warm: list[float] = []
     cold: list[float] = []
-    # In rounds of 50 each way, so that a drift in the machine's load falls on both.
-    for round_start in range(0, calls, 50):
-        for _ in range(min(50, calls - round_start)):
+    for round_start in range(0, calls, ROUND):
+        for _ in range(min(ROUND, calls - round_start)):
             started = time.perf_counter()
             call()
             warm.append(time.perf_counter() - started)
-        for number in range(min(50, calls - round_start)):
+        for number in range(min(ROUND, calls - round_start)):
             buffer[::CACHE_LINE] = bytes([number & 0xFF]) * lines
             started = time.perf_counter()
             call()
@@ -97,7 +94,7 @@ def run(argv: Sequence[str]) -> int:
     print(
         f"database     SQLite, {args.sessions:,} sessions × {args.messages} messages; {args.calls} calls each way after "
         f"{WARM_UP_CALLS} warm-up calls; cold: {args.flush_mib} MiB written before each call; load average "
-        f"{os.getloadavg()[0]:.2f}"
+        f"{os.getloadavg()[0]:.2f} after the run"
     )
     print(f"{'endpoint':<16}{'warm µs':>10}{'cold µs':>10}{'cold − warm':>13}   bare ÷ this, warm / cold")
     bare = times["bare"]
