@@ -174,9 +174,10 @@ DELIVERY_LINES_SHOWN = 100
 # One relay process delivers due events at a time; its lease on that (renewed after each
 # delivery) lapses this long after the process stopped without giving it back.
 DELIVERY_LOCK_SECONDS = 30
-# On SQLite, ingestion gives the write lock up this long between two batches, so that other
-# writers waiting for it (deliveries, turns, requests) get their turn.
-INGEST_PAUSE_SECONDS = 0.1
+# On SQLite, ingestion gives the write lock up this long between two batches (besides reading and
+# matching the next one without it), so that other writers waiting for it (deliveries, turns,
+# requests) get their turn: the relay's writers try it every millisecond (docs/decisions.md#write-lock-queue).
+INGEST_PAUSE_SECONDS = 0.02
 # Ended subscriptions stay in list_subscriptions this long.
 SUBSCRIPTION_ENDED_LISTED_SECONDS = 3600
 # Pruning what the delivery engine no longer needs (docs/limits.md#retention): the clock

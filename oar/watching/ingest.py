@@ -180,10 +180,11 @@ def ingest_pending(runtime: Runtime, now_reader: Any, budget_seconds: float | No
     returns at once; the holder, once it gives the lock back, looks again for events
     committed meanwhile. Without Redis all go on: the cursor claim keeps every event held once.
 
-    On SQLite one writer holds the database at a time, and a waiting writer only retries
-    now and then (its busy timeout): a loop that starts its next batch the moment the last
-    one commits would keep deliveries, turns and requests waiting until they time out. So
-    between batches it gives the write lock up for INGEST_PAUSE_SECONDS.
+    On SQLite one writer holds the database at a time: a loop that claimed its next batch the
+    moment the last one committed would keep deliveries, turns and requests waiting. A batch
+    is read and matched without the lock, and then the loop gives it up for
+    INGEST_PAUSE_SECONDS more; the relay's writers try the lock every millisecond
+    (`db.write_transaction`) and take it meanwhile.
     """
     started = time.monotonic()
     total = 0
