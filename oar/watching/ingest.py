@@ -181,9 +181,9 @@ def ingest_pending(runtime: Runtime, now_reader: Any, budget_seconds: float | No
     committed meanwhile. Without Redis all go on: the cursor claim keeps every event held once.
 
     On SQLite one writer holds the database at a time: a loop that claimed its next batch the
-    moment the last one committed would keep deliveries, turns and requests waiting. A batch
-    is read and matched without the lock, and then the loop gives it up for
-    INGEST_PAUSE_SECONDS more; the relay's writers try the lock every millisecond
+    moment the last one committed would keep deliveries, turns and requests waiting. After a
+    claim it leaves the lock for INGEST_PAUSE_SECONDS, and then reads and matches the next
+    batch without it; the relay's writers try the lock every millisecond
     (`db.write_transaction`) and take it meanwhile.
     """
     started = time.monotonic()
