@@ -19,13 +19,12 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench import seed, stack
-from bench.instructions import ENDPOINTS, WARM_UP_CALLS, caller, prepare, progress
+from bench import stack
+from bench.instructions import ENDPOINTS, WARM_UP_CALLS, caller, progress, seeded_plan
 
 CACHE_LINE = 64
 # Warm and cold calls alternate in rounds of this many each, so that a drift in the machine's load falls on both.
@@ -80,12 +79,7 @@ def run(argv: Sequence[str]) -> int:
         child(Path(argv[1]), argv[2], int(argv[3]), int(argv[4]))
         return 0
     args = parse_arguments(argv)
-    with stack.prepared() as ready, tempfile.TemporaryDirectory(prefix="oar-bench-caches-") as scratch:
-        progress(f"seeding {args.sessions:,} sessions × {args.messages} messages")
-        seeded = seed.seed(ready.data_dir, args.sessions, args.messages)
-        token = prepare(ready.env, ready.data_dir, ready.owner_token)
-        plan_file = Path(scratch) / "plan.json"
-        plan_file.write_text(json.dumps({"env": ready.env, "token": token, "sessions": seeded.session_ids}))
+    with seeded_plan(args.sessions, args.messages) as plan_file:
         times: dict[str, dict[str, float]] = {}
         for endpoint in ENDPOINTS:
             progress(f"{endpoint}: {args.calls} warm and {args.calls} cold calls")

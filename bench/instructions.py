@@ -15,6 +15,7 @@ werkzeug's `EnvironBuilder` inside the measured part, for both apps alike.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -23,7 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,19 @@ def caller(plan: dict[str, Any], endpoint: str) -> Callable[[], None]:
     return call
 
 
+@contextlib.contextmanager
+def seeded_plan(sessions: int, messages: int) -> Iterator[Path]:
+    """A relay seeded as `python -m bench` seeds it, and the plan its measured children read
+    (the relay's environment, the calling conversation's token, the sessions); all removed after."""
+    with stack.prepared() as ready, tempfile.TemporaryDirectory(prefix="oar-bench-plan-") as scratch:
+        progress(f"seeding {sessions:,} sessions × {messages} messages")
+        seeded = seed.seed(ready.data_dir, sessions, messages)
+        token = prepare(ready.env, ready.data_dir, ready.owner_token)
+        plan_file = Path(scratch) / "plan.json"
+        plan_file.write_text(json.dumps({"env": ready.env, "token": token, "sessions": seeded.session_ids}))
+        yield plan_file
+
+
 def instructions(plan_file: Path, endpoint: str, calls: int, out_dir: Path) -> int:
     out = out_dir / f"callgrind-{endpoint}-{calls}.out"
     command = [
@@ -130,17 +144,12 @@ def run(argv: Sequence[str]) -> int:
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
         return 2
-    with stack.prepared() as ready, tempfile.TemporaryDirectory(prefix="oar-bench-cg-") as scratch:
-        progress(f"seeding {args.sessions:,} sessions × {args.messages} messages")
-        seeded = seed.seed(ready.data_dir, args.sessions, args.messages)
-        token = prepare(ready.env, ready.data_dir, ready.owner_token)
-        plan_file = Path(scratch) / "plan.json"
-        plan_file.write_text(json.dumps({"env": ready.env, "token": token, "sessions": seeded.session_ids}))
+    with seeded_plan(args.sessions, args.messages) as plan_file:
         per_call: dict[str, float] = {}
         for endpoint in ENDPOINTS:
             progress(f"{endpoint}: callgrind with 0 and {args.calls} calls (about a minute)")
-            base = instructions(plan_file, endpoint, 0, Path(scratch))
-            measured = instructions(plan_file, endpoint, args.calls, Path(scratch))
+            base = instructions(plan_file, endpoint, 0, plan_file.parent)
+            measured = instructions(plan_file, endpoint, args.calls, plan_file.parent)
             per_call[endpoint] = (measured - base) / args.calls
     print("OAR Relay benchmark: instructions per call (callgrind; through the WSGI app, no HTTP server)")
     print(f"database     SQLite, {args.sessions:,} sessions × {args.messages} messages; {args.calls} calls each after {WARM_UP_CALLS} warm-up calls")
