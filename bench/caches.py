@@ -46,21 +46,23 @@ def child(plan_file: Path, endpoint: str, calls: int, flush_mib: int) -> None:
     os.environ.update(plan["env"])
     call = caller(plan, endpoint)
     buffer = bytearray(flush_mib << 20)
-    lines = len(buffer[::CACHE_LINE])
+    lines = len(range(0, len(buffer), CACHE_LINE))
+
+    def timed() -> float:
+        started = time.perf_counter()
+        call()
+        return time.perf_counter() - started
+
     for _ in range(WARM_UP_CALLS):
         call()
     warm: list[float] = []
     cold: list[float] = []
     for round_start in range(0, calls, ROUND):
-        for _ in range(min(ROUND, calls - round_start)):
-            started = time.perf_counter()
-            call()
-            warm.append(time.perf_counter() - started)
-        for number in range(min(ROUND, calls - round_start)):
+        size = min(ROUND, calls - round_start)
+        warm.extend(timed() for _ in range(size))
+        for number in range(size):
             buffer[::CACHE_LINE] = bytes([number & 0xFF]) * lines
-            started = time.perf_counter()
-            call()
-            cold.append(time.perf_counter() - started)
+            cold.append(timed())
     print(json.dumps({"warm": statistics.median(warm), "cold": statistics.median(cold)}))
 
 

@@ -45,8 +45,8 @@ def enqueue_due(runtime: Runtime, due: datetime, suffix: str = "") -> None:
             job_id = keys.delivery_job_id(stamp, f"{suffix}-now")
             runtime.queue.enqueue(jobs.DELIVER_DUE, stamp, job_id=job_id, result_ttl=0, failure_ttl=86_400)
         else:
-            runtime.queue.enqueue_at(due.replace(tzinfo=UTC), jobs.DELIVER_DUE, stamp, job_id=keys.delivery_job_id(stamp, suffix),
-                                     result_ttl=0, failure_ttl=86_400)
+            runtime.queue.enqueue_at(due.replace(tzinfo=UTC), jobs.DELIVER_DUE, stamp,
+                                     job_id=keys.delivery_job_id(stamp, suffix), result_ttl=0, failure_ttl=86_400)
             runtime.signal_due()
     except redis.RedisError as error:
         log.warning("delivery at %s not enqueued (the sweeper will deliver): %s", iso(due), error)
