@@ -235,19 +235,20 @@ def test_oar_mcp_with_a_bad_or_missing_configuration_says_so_and_exits(relay: Re
         assert done.stdout == ""
 
 
-def test_the_sdk_client_in_auto_mode_falls_back_from_discover_to_initialize(relay: Relay, desk: Agent) -> None:
-    """`mcp.Client` first probes `server/discover` (the 2026 per-request revision); the relay
-    answers "method not found" and the client settles on the initialize handshake."""
+def test_the_sdk_client_in_auto_mode_speaks_the_per_request_revision(relay: Relay, desk: Agent) -> None:
+    """`mcp.Client` first probes `server/discover`; the relay answers it, and the client stays on
+    2026-07-28 (no handshake); the same client pinned to the handshake era still gets 2025-11-25."""
 
-    async def main() -> Any:
+    async def main(mode: str) -> Any:
         async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {desk.token}"}) as http:
-            async with Client(streamable_http_client(f"{relay.url}/mcp", http_client=http)) as client:
+            async with Client(streamable_http_client(f"{relay.url}/mcp", http_client=http), mode=mode) as client:
                 listed = await client.call_tool("relay_tool", {"action": "list_relays"})
-                return client.session.protocol_version, listed
+                return client.protocol_version, listed
 
-    version, listed = anyio.run(main)
-    assert version == "2025-11-25"
-    assert relay_json(listed)["ok"] is True
+    for mode, expected in (("auto", "2026-07-28"), ("legacy", "2025-11-25")):
+        version, listed = anyio.run(main, mode)
+        assert version == expected
+        assert relay_json(listed)["ok"] is True
 
 
 def test_a_client_that_goes_away_ends_the_waiting_call(relay: Relay, desk: Agent, caplog: pytest.LogCaptureFixture) -> None:

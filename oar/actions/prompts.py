@@ -18,6 +18,7 @@ from oar.core.settings import default_cwd
 from oar.core.shapes import CWD, EFFORT, GROUP, MODE, MODEL, PROVIDER, RELAY, SESSION, TEXT, TITLE, WAIT_SECONDS
 from oar.core.statuses import IN_PROGRESS_TURN, OPEN_TURN, TurnStatus
 from oar.core.timeutil import utcnow
+from oar.core.waiting import current_watch
 from oar.federation import peers
 from oar.providers.base import Provider
 from oar.providers.choice import Requested, choose, pick_provider
@@ -45,6 +46,9 @@ def wait_seconds(ctx: CallContext, args: dict[str, Any]) -> tuple[int, str | Non
 def waited_result(ctx: CallContext, message: Message, args: dict[str, Any]) -> dict[str, Any]:
     seconds, cap_note = wait_seconds(ctx, args)
     deadline = time.monotonic() + seconds
+    watch = current_watch()
+    if watch is not None:
+        watch.on_prompt(message.session_id, message.id)
     if seconds > 0:
         # Own-prompt suppression (docs/events.md#own-prompts): while the sender waits, a turn_end is held;
         # once it got the finished reply here, that turn_end is not delivered.

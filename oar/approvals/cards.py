@@ -37,7 +37,7 @@ from oar.core.signals import publish
 from oar.core.statuses import LIVE_TURN, CardStatus
 from oar.core.timeutil import iso, utcnow
 from oar.core.wait_slots import wait_slot
-from oar.core.waiting import CallerGone, Look, not_yet, settled, wait_on_signals
+from oar.core.waiting import CallerGone, Look, current_watch, not_yet, settled, wait_on_signals
 
 # The Allows remembered per conversation and relay.
 REMEMBERED = ("create_sessions", "watch_sessions", "change_other_sessions")
@@ -130,11 +130,19 @@ def approve(ctx: Asker, request: Request) -> None:
     waits_itself = ctx.turn is None and ctx.can_wait
     with wait_slot(ctx.runtime, ctx.caller.id, request.nothing) if ctx.can_wait else contextlib.nullcontext():
         card = _create(ctx, caller, turn, request, reasons, waits_itself=waits_itself)
-        # A waiting call that is its own live turn waits as long as its caller does; the card stays
-        # for the owner (or is withdrawn) as when the caller goes away.
-        outcome = _await(ctx.runtime, card.id, turn.id if turn is not None else None,
-                         seconds=ctx.max_wait_seconds if waits_itself or turn is None else None,
-                         waits_itself=waits_itself)
+        watch = current_watch()
+        if watch is not None:
+            watch.on_owner(f"Waiting for the owner to allow or deny {request.action} (approval card {card.id}, "
+                           f"in the relay's Inbox: {ctx.runtime.config.base_url}/inbox).")
+        try:
+            # A waiting call that is its own live turn waits as long as its caller does; the card stays
+            # for the owner (or is withdrawn) as when the caller goes away.
+            outcome = _await(ctx.runtime, card.id, turn.id if turn is not None else None,
+                             seconds=ctx.max_wait_seconds if waits_itself or turn is None else None,
+                             waits_itself=waits_itself)
+        finally:
+            if watch is not None:
+                watch.on_owner(None)
     if outcome == CardStatus.ALLOWED:
         return
     raise _refusal(card, outcome, request)

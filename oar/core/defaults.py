@@ -11,6 +11,12 @@ MAX_WAIT_SECONDS_RANGE = (120, 3600)
 # Longest wait of an MCP tool call that gave no progressToken: below the 60 s after which
 # common MCP clients cut a call; the answer then says `running` and to call `wait`.
 MCP_MAX_WAIT_SECONDS = 50
+# MCP tasks (docs/mcp.md#tasks): a task is kept this long after it was made, then deleted; its
+# runner renews a lease this often (a task whose lease ran out lost its web process); clients are
+# told to poll this often.
+MCP_TASK_TTL_SECONDS = 24 * 3600
+MCP_TASK_LEASE_SECONDS = 30
+MCP_TASK_POLL_MS = 2000
 # `wait_seconds` when a call does not give one.
 DEFAULT_WAIT_SECONDS = 120
 # A caller's own turn may last this long (owner setting `max_turn_seconds`).

@@ -44,6 +44,11 @@ def question_channel(namespace: str, question_id: str) -> str:
     return f"{namespace}:wake:question:{question_id}"
 
 
+def mcp_task_channel(namespace: str, task_id: str) -> str:
+    """An MCP task changed (its status, or a cancel was asked): its runner and its listeners look again."""
+    return f"{namespace}:wake:mcptask:{task_id}"
+
+
 # Stop channels ---------------------------------------------------------------------------
 # Subscribed to by the one thread watching a running turn or task, outside the wake-up hub.
 

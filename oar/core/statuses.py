@@ -33,6 +33,20 @@ class TaskStatus(StrEnum):
     KILLED = "killed"
 
 
+class McpTaskStatus(StrEnum):
+    """An MCP task's status (`McpTask.status`), as the Tasks extension names them (docs/mcp.md#tasks)."""
+
+    WORKING = "working"
+    INPUT_REQUIRED = "input_required"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+# An MCP task in one of these has ended: its result, error or cancellation no longer changes.
+ENDED_MCP_TASK = (McpTaskStatus.COMPLETED, McpTaskStatus.FAILED, McpTaskStatus.CANCELLED)
+
+
 class QuestionStatus(StrEnum):
     """A question card's status (`Question.status`): `ended` when its turn ended unanswered."""
 

@@ -14,6 +14,7 @@ import secrets
 import time
 from collections.abc import Iterator
 from contextvars import ContextVar
+from dataclasses import replace
 
 import redis
 
@@ -111,7 +112,8 @@ def wait_slot(runtime: Runtime, conversation: str, nothing: str) -> Iterator[Non
 
     held = _holding.set(True)
     try:
-        with watched_by(CallerWatch(pulse=pulse, gone=outer.gone, every_seconds=min(outer.every_seconds, slots.lease / 3))):
+        # The outer watch as it is (its gone, wake channels and hooks), with the slot renewed at each pulse.
+        with watched_by(replace(outer, pulse=pulse, every_seconds=min(outer.every_seconds, slots.lease / 3))):
             yield
     finally:
         _holding.reset(held)

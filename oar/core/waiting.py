@@ -45,6 +45,12 @@ class CallerWatch:
     pulse: Callable[[], None] = lambda: None
     gone: Callable[[], bool] = lambda: False
     every_seconds: float = 5.0
+    # Wake-up channels every wait in the block also wakes on (a cancel is seen at once, not at the next pulse).
+    wake_channels: tuple[str, ...] = ()
+    # Told when the call starts waiting on the owner (what for) and stops (None): an MCP task says `input_required`.
+    on_owner: Callable[[str | None], None] = lambda _what: None
+    # Told when the call wrote the prompt it waits on (session id, message id): an MCP task's outcome is then that prompt's.
+    on_prompt: Callable[[str, str], None] = lambda _session_id, _message_id: None
 
 
 class CallerGone(Exception):
@@ -101,6 +107,8 @@ def wait_on_signals(
     """
     deadline = None if seconds is None else time.monotonic() + seconds
     watch = _caller_watch.get()
+    if watch is not None and watch.wake_channels:
+        channels = [*channels, *watch.wake_channels]
     with runtime.hub.watch(*channels) as woken:
         while True:
             woken.clear()

@@ -21,6 +21,7 @@ from oar.engine.due_timer import DueTimer
 from oar.engine.reconciler import reconcile
 from oar.federation import asks as peer_asks
 from oar.federation import events as peer_events
+from oar.mcp_tasks import store as mcp_task_store
 from oar.notifications import sweep as notifications
 from oar.openclaw import runs as openclaw_runs
 from oar.schedules.schedules import fire_due
@@ -51,6 +52,9 @@ def tick(runtime: Runtime) -> None:
         if asks_checked:
             log.info("asks on paired relays to check: %s relays", asks_checked)
         prune_if_due(runtime, utcnow())  # delivered held rows, old events (docs/limits.md#retention)
+        expired = mcp_task_store.prune(utcnow())  # MCP tasks past their time to live (docs/mcp.md#tasks)
+        if expired:
+            log.info("MCP tasks expired: %s", expired)
         # Notifications no job collected or sent (lost jobs, a flushed Redis: docs/notifications.md#reliable).
         notified = notifications.sweep(runtime, utcnow())
         if notified["collected"] or notified["released"]:

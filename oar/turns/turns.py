@@ -335,6 +335,37 @@ def stop_turn(runtime: Runtime, session: Session) -> str:
     return acknowledgement
 
 
+def stop_prompt(runtime: Runtime, message_id: str) -> bool:
+    """Stop one prompt's turn, as `stop` does for a session's: running, it is asked to stop; not
+    started yet, it ends `stopped` at once. False when it had ended (nothing to stop)."""
+    stopped_before_start = asked = False
+    with write_transaction():
+        message = Message.get_or_none(Message.id == message_id)
+        if message is None or message.status not in IN_PROGRESS_TURN:
+            return False
+        lock_rows(Session.select(Session.id).where(Session.id == message.session_id))
+        now = utcnow()
+        stopped_before_start = bool(
+            Message.update(status=TurnStatus.STOPPED, stop_requested=True, completed_at=now)
+            .where((Message.id == message_id) & (Message.status == TurnStatus.QUEUED))
+            .execute()
+        )
+        if stopped_before_start:
+            record_turn_events(message, TurnStatus.STOPPED, "", None, now)
+        else:
+            asked = bool(
+                Message.update(stop_requested=True)
+                .where((Message.id == message_id) & Message.status.in_(LIVE_TURN))
+                .execute()
+            )
+    if stopped_before_start:
+        runtime.signal_turn(message_id)
+        jobs.poke_delivery(runtime)
+    elif asked:
+        signal_stop(runtime, message_id)
+    return stopped_before_start or asked
+
+
 def _stop_next_queued(session: Session) -> str | None:
     """Inside a write transaction: the prompt a worker would start next ends `stopped`; its id."""
     turn = (

@@ -1,19 +1,16 @@
-"""MCP over Streamable HTTP at `/mcp` (README "Agents over MCP"): the one tool `relay_tool`, run by the dispatcher.
+"""MCP over Streamable HTTP at `/mcp` (docs/mcp.md): the one tool `relay_tool`, run by the dispatcher.
 
 `add_endpoint` serves any `ToolSet` the same way, so the compatibility tool sets (each a
 blueprint of its own at `/mcp/<name>`) share this transport, its auth and its waits.
 
-Stateless: each POST holds one JSON-RPC message and is answered on its own (JSON, or an
-event stream for a `tools/call` that gave a progress token, so that progress notifications
-keep the client waiting). No server-initiated stream: GET answers 405.
+Stateless: each POST holds one JSON-RPC message and is answered on its own. Both eras are
+served: handshake-era clients (`initialize`, 2024-11-05 … 2025-11-25) here, per-request
+clients (2026-07-28, with the Tasks extension) by `mcp_modern`. No server-initiated stream
+and no session: GET and DELETE answer 405.
 """
 
 from __future__ import annotations
 
-import queue
-import threading
-import time
-from collections.abc import Iterator
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
@@ -23,15 +20,14 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from oar import __version__
 from oar.actions.context import CallContext
 from oar.actions.dispatch import dispatch, short_read_gate
+from oar.actions.registry import ACTIONS
 from oar.actions.schema import relay_tool
-from oar.core.db import database
+from oar.core import ids
 from oar.core.errors import ActionError
 from oar.core.models import Session
-from oar.core.runtime import Runtime
-from oar.core.waiting import CallerWatch, watched_by
-from oar.web import mcp_wire, runtime
-from oar.web.auth import require_agent
-from oar.web.connection import connection_watch
+from oar.web import mcp_modern, mcp_wire, runtime
+from oar.web.auth import bearer_token, require_agent
+from oar.web.mcp_calls import run_call
 from oar.web.mcp_wire import ToolSet, WireError
 
 blueprint = Blueprint("mcp", __name__)
@@ -39,8 +35,6 @@ blueprint = Blueprint("mcp", __name__)
 PROTOCOL_HEADER = "MCP-Protocol-Version"
 # Methods that may come before the client knows the protocol version (no header to check).
 BEFORE_VERSION = ("initialize", "server/discover")
-# An idle event stream sends a comment this often, which also finds a client that went away.
-KEEPALIVE_SECONDS = 5.0
 
 
 def refused(error: ActionError) -> ResponseReturnValue:
@@ -80,15 +74,23 @@ def serve(tools: ToolSet) -> ResponseReturnValue:
     except RequestEntityTooLarge:
         limit = request.max_content_length or 0
         return jsonify(rpc_error(None, mcp_wire.INVALID_REQUEST, f"Request too large: at most {limit} bytes.")), 413
+    modern = False
     try:
         message = mcp_wire.parse(body)
         if not message.is_request:
             return Response(status=202)  # notifications (initialized, cancelled) and responses need no answer
+        modern = mcp_modern.is_modern(message)
+        if modern:
+            token_hash = ids.hash_token(bearer_token() or "")  # require_agent has accepted it
+            return mcp_modern.answer(tools, caller, token_hash, message)
         version = protocol_version(message.method)
         return answer(tools, caller, message, version)
     except WireError as error:
-        status = 400 if error.code in (mcp_wire.PARSE_ERROR, mcp_wire.INVALID_REQUEST) else 200
-        return jsonify(rpc_error(error.request_id, error.code, error.message)), status
+        if modern:
+            status = mcp_modern.http_status(error.code)
+        else:
+            status = 400 if error.code in (mcp_wire.PARSE_ERROR, mcp_wire.INVALID_REQUEST) else 200
+        return jsonify(rpc_error(error.request_id, error.code, error.message, error.data)), status
 
 
 def protocol_version(method: str | None) -> str:
@@ -99,12 +101,13 @@ def protocol_version(method: str | None) -> str:
     if sent not in mcp_wire.PROTOCOL_VERSIONS:
         raise WireError(
             mcp_wire.INVALID_REQUEST,
-            f"Bad Request: unsupported {PROTOCOL_HEADER} {sent[:40]!r}; supported: {', '.join(mcp_wire.PROTOCOL_VERSIONS)}.",
+            f"Bad Request: unsupported {PROTOCOL_HEADER} {sent[:40]!r}; supported: {', '.join(mcp_wire.SUPPORTED_VERSIONS)}.",
         )
     return sent
 
 
 def answer(tools: ToolSet, caller: Session, message: mcp_wire.Message, version: str) -> ResponseReturnValue:
+    """A request of the handshake era."""
     request_id = message.request_id
     try:
         if message.method == "initialize":
@@ -115,85 +118,18 @@ def answer(tools: ToolSet, caller: Session, message: mcp_wire.Message, version: 
             return jsonify(mcp_wire.result(request_id, mcp_wire.tool_list(tools)))
         if message.method == "tools/call":
             call = mcp_wire.tool_call(message.params, tools)
-            if call.progress_token is not None and tools.waits and accepts_event_stream():
-                return streamed_call(tools, runtime(), caller, call, call.progress_token, version, request_id)
-            ctx = mcp_context(runtime(), caller, capped=True)
-            # A client that cut the call (its own timeout) is seen going away: a card it waited on
-            # is kept or withdrawn, and nothing is done for it.
-            with watched_by(connection_watch(request.environ)):
-                body = tools.call(ctx, call.name, call.arguments)
-            return jsonify(mcp_wire.result(request_id, mcp_wire.tool_result(body, version, failed=tools.failed(body))))
+
+            def shape(body: dict[str, Any]) -> dict[str, Any]:
+                return mcp_wire.tool_result(body, version, failed=tools.failed(body))
+
+            return run_call(tools, runtime(), caller, call, request_id, shape)
     except WireError as error:
-        raise WireError(error.code, error.message, request_id) from None
+        raise WireError(error.code, error.message, request_id, error.data) from None
     raise WireError(mcp_wire.METHOD_NOT_FOUND, f"Method not found: {str(message.method)[:80]}", request_id)
 
 
-def accepts_event_stream() -> bool:
-    return "text/event-stream" in request.headers.get("Accept", "")
-
-
-def mcp_context(rt: Runtime, caller: Session, *, capped: bool) -> CallContext:
-    """The call as the calling session; without a progress token its waits stop before the
-    client's own timeout would cut the call (the reply is kept: `wait` picks it up)."""
-    ctx = CallContext(runtime=rt, caller=caller, via="mcp")
-    if capped:
-        seconds = int(rt.time("MCP_MAX_WAIT_SECONDS"))
-        ctx.cap_waits(seconds, (
-            f"MCP calls without a progressToken wait at most {seconds} s, as MCP clients cut calls after about 60 s;"
-        ))
-    return ctx
-
-
-def streamed_call(
-    tools: ToolSet, rt: Runtime, caller: Session, call: mcp_wire.ToolCall, token: str | int, version: str,
-    request_id: Any,
-) -> Response:
-    """Run the call in a thread of its own while the response streams its progress: every
-    wait of the call pulses a `notifications/progress`, then the result ends the stream. A
-    client that went away is seen at the next write, and the call's waits end (`CallerGone`)."""
-    events: queue.Queue[dict[str, Any]] = queue.Queue()
-    gone = threading.Event()
-    started = time.monotonic()
-    pulses = [0]
-
-    def pulse() -> None:
-        pulses[0] += 1
-        waited = int(time.monotonic() - started)
-        events.put(mcp_wire.progress(token, pulses[0], f"waiting ({waited} s)"))
-
-    def run() -> None:
-        database.connect(reuse_if_open=True)
-        try:
-            with watched_by(CallerWatch(pulse=pulse, gone=gone.is_set)):
-                body = tools.call(mcp_context(rt, caller, capped=False), call.name, call.arguments)
-            # A client gone meanwhile gets an answer too (the dispatcher's REMOTE_RELAY_CALLER_GONE):
-            # nobody reads it, and the stream has ended already.
-            events.put(mcp_wire.result(request_id, mcp_wire.tool_result(body, version, failed=tools.failed(body))))
-        finally:
-            if not database.is_closed():
-                database.close()
-
-    threading.Thread(target=run, name="mcp-call", daemon=True).start()
-
-    def stream() -> Iterator[str]:
-        try:
-            while True:
-                try:
-                    item = events.get(timeout=KEEPALIVE_SECONDS)
-                except queue.Empty:
-                    yield ": keepalive\n\n"
-                    continue
-                yield mcp_wire.sse_event(item)
-                if "method" not in item:
-                    return
-        finally:
-            gone.set()
-
-    return Response(stream(), mimetype="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-
-def rpc_error(request_id: Any, code: int, message: str) -> dict[str, Any]:
-    return mcp_wire.error(request_id, code, message)
+def rpc_error(request_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    return mcp_wire.error(request_id, code, message, data)
 
 
 def relay_tools() -> list[dict[str, Any]]:
@@ -208,6 +144,12 @@ def run_relay_tool(ctx: CallContext, _name: str, arguments: dict[str, Any]) -> d
     return body
 
 
+def relay_tool_may_wait(_name: str, arguments: dict[str, Any]) -> bool:
+    """A relay_tool call that may wait: a write (its approval card) or an action with a wait."""
+    spec = ACTIONS.get(str(arguments.get("action")))
+    return spec is not None and (spec.writes or "wait_seconds" in spec.params)
+
+
 RELAY_TOOLS = ToolSet(
     server_name=mcp_wire.SERVER_NAME,
     instructions=(
@@ -218,6 +160,7 @@ RELAY_TOOLS = ToolSet(
     tools=relay_tools,
     call=run_relay_tool,
     failed=lambda body: not body.get("ok", False),
+    may_wait=relay_tool_may_wait,
     # The tool's earlier name, unlisted and still accepted.
     aliases={"remote_relay": "relay_tool"},
 )

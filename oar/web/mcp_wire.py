@@ -1,9 +1,10 @@
-"""The MCP wire, without Flask: JSON-RPC messages, protocol versions and the tool's shapes (README "Agents over MCP").
+"""The MCP wire, without Flask: JSON-RPC messages, protocol versions and the tool's shapes (docs/mcp.md).
 
-The relay speaks the Streamable HTTP transport of the handshake-era revisions (`initialize`,
-then requests), stateless: no `Mcp-Session-Id`, every POST carries one message and is
-answered on its own. Clients of the 2026 per-request revision first probe `server/discover`;
-it is answered "method not found", on which the official clients fall back to `initialize`.
+The relay speaks both eras of Streamable HTTP, stateless: no `Mcp-Session-Id`, every POST
+carries one message and is answered on its own. Handshake-era clients (2024-11-05 …
+2025-11-25) send `initialize`, then requests; clients of the per-request revision
+(2026-07-28) carry their version, capabilities and identity in every request's `_meta` and
+may probe `server/discover` first.
 """
 
 from __future__ import annotations
@@ -15,9 +16,22 @@ from typing import Any
 
 from oar.actions.context import CallContext
 
-# Oldest to newest; `initialize` answers the client's version when it is here, else the newest.
+# Handshake-era revisions, oldest to newest; `initialize` answers the client's version when it is
+# here, else the newest.
 PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 LATEST_PROTOCOL_VERSION = PROTOCOL_VERSIONS[-1]
+# Per-request revisions (no handshake: each request carries its version in `_meta`).
+MODERN_PROTOCOL_VERSIONS = ("2026-07-28",)
+# What `server/discover` lists, newest first.
+SUPPORTED_VERSIONS = (*reversed(MODERN_PROTOCOL_VERSIONS), *reversed(PROTOCOL_VERSIONS))
+# The `_meta` keys of the per-request revision, and the Tasks extension's identifier.
+PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
+CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
+SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
+SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+# How long a client may keep `tools/list` and `server/discover` answers (the tool never changes while a relay runs).
+LIST_TTL_MS = 300_000
 # A request without the MCP-Protocol-Version header is taken as this revision (the spec's rule).
 ASSUMED_PROTOCOL_VERSION = "2025-03-26"
 # `structuredContent` in tool results exists from this revision on.
@@ -27,6 +41,11 @@ PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+# Errors of the per-request revision (its reserved range).
+HEADER_MISMATCH = -32020
+MISSING_CLIENT_CAPABILITY = -32021
+UNSUPPORTED_PROTOCOL_VERSION = -32022
 
 SERVER_NAME = "oar-relay"
 
@@ -47,21 +66,25 @@ class ToolSet:
     # Unlisted names still accepted by tools/call, and the listed tool each stands for.
     aliases: Mapping[str, str] = field(default_factory=dict)
     # Whether its calls may wait: then a call that gave a progress token streams its progress from a
-    # thread of its own. Tools that never wait answer within the request (and may read its headers).
+    # thread of its own, and a client of the Tasks extension gets a task. Tools that never wait
+    # answer within the request (and may read its headers).
     waits: bool = True
+    # Which calls (tool name, arguments) a client of the Tasks extension gets as a task: the ones that may wait.
+    may_wait: Callable[[str, dict[str, Any]], bool] = lambda _name, _arguments: True
 
     def tool_names(self) -> list[str]:
         return [tool["name"] for tool in self.tools()]
 
 
 class WireError(Exception):
-    """A JSON-RPC error to answer: its code, message and the request id (None when unknown)."""
+    """A JSON-RPC error to answer: its code, message, the request id (None when unknown) and `data`."""
 
-    def __init__(self, code: int, message: str, request_id: Any = None) -> None:
+    def __init__(self, code: int, message: str, request_id: Any = None, data: Any = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.request_id = request_id
+        self.data = data
 
 
 @dataclass(frozen=True)
@@ -73,6 +96,13 @@ class Message:
     params: dict[str, Any]
     request_id: Any
     is_request: bool
+    # The message as it came (the per-request revision checks its envelope and headers against it).
+    payload: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        meta = self.params.get("_meta")
+        return meta if isinstance(meta, dict) else {}
 
 
 def parse(body: bytes) -> Message:
@@ -92,22 +122,55 @@ def parse(body: bytes) -> Message:
     method = payload.get("method")
     if method is None:
         if has_id and ("result" in payload or "error" in payload):
-            return Message(method=None, params={}, request_id=request_id, is_request=False)
+            return Message(method=None, params={}, request_id=request_id, is_request=False, payload=payload)
         raise WireError(INVALID_REQUEST, "Invalid Request: method is missing.", request_id)
     if not isinstance(method, str) or not method:
         raise WireError(INVALID_REQUEST, "Invalid Request: method must be a string.", request_id)
     params = payload.get("params", {})
     if not isinstance(params, dict):
         raise WireError(INVALID_PARAMS, "Invalid params: params must be an object.", request_id)
-    return Message(method=method, params=params, request_id=request_id, is_request=has_id)
+    return Message(method=method, params=params, request_id=request_id, is_request=has_id, payload=payload)
 
 
 def result(request_id: Any, value: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "result": value}
 
 
-def error(request_id: Any, code: int, message: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+def error(request_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        body["data"] = data
+    return {"jsonrpc": "2.0", "id": request_id, "error": body}
+
+
+def is_modern(version: str) -> bool:
+    return version in MODERN_PROTOCOL_VERSIONS
+
+
+def stamped(value: dict[str, Any], server_version: str, tools: ToolSet, result_type: str = "complete") -> dict[str, Any]:
+    """A result of the per-request revision: its `resultType` and the server's identity in `_meta`."""
+    meta = dict(value.get("_meta") or {})
+    meta[SERVER_INFO_KEY] = {"name": tools.server_name, "version": server_version}
+    return {**value, "resultType": result_type, "_meta": meta}
+
+
+def discover_result(tools: ToolSet) -> dict[str, Any]:
+    """The answer to `server/discover`: the revisions served, the capabilities (the Tasks extension
+    where the tools may wait) and the server's instructions."""
+    capabilities: dict[str, Any] = {"tools": {"listChanged": False}}
+    if tools.waits:
+        capabilities["extensions"] = {TASKS_EXTENSION: {}}
+    return {
+        "supportedVersions": list(SUPPORTED_VERSIONS), "capabilities": capabilities,
+        "instructions": tools.instructions, "ttlMs": LIST_TTL_MS, "cacheScope": "private",
+    }
+
+
+def declares_tasks(meta: dict[str, Any]) -> bool:
+    """Whether the request's client capabilities include the Tasks extension."""
+    capabilities = meta.get(CLIENT_CAPABILITIES_KEY)
+    extensions = capabilities.get("extensions") if isinstance(capabilities, dict) else None
+    return isinstance(extensions, dict) and isinstance(extensions.get(TASKS_EXTENSION), dict)
 
 
 def initialize_result(params: dict[str, Any], server_version: str, tools: ToolSet) -> dict[str, Any]:
@@ -124,8 +187,10 @@ def initialize_result(params: dict[str, Any], server_version: str, tools: ToolSe
     }
 
 
-def tool_list(tools: ToolSet) -> dict[str, Any]:
-    """The answer to `tools/list`."""
+def tool_list(tools: ToolSet, *, modern: bool = False) -> dict[str, Any]:
+    """The answer to `tools/list` (with the per-request revision's cache hints when `modern`)."""
+    if modern:
+        return {"tools": tools.tools(), "ttlMs": LIST_TTL_MS, "cacheScope": "private"}
     return {"tools": tools.tools()}
 
 
@@ -164,8 +229,9 @@ def tool_result(body: dict[str, Any], protocol_version: str, *, failed: bool) ->
     where the revision has it, and `isError` when the call was refused or failed."""
     text = json.dumps(body, ensure_ascii=False)
     value: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": failed}
-    if protocol_version in PROTOCOL_VERSIONS and PROTOCOL_VERSIONS.index(protocol_version) >= PROTOCOL_VERSIONS.index(
-        STRUCTURED_CONTENT_SINCE
+    if is_modern(protocol_version) or (
+        protocol_version in PROTOCOL_VERSIONS
+        and PROTOCOL_VERSIONS.index(protocol_version) >= PROTOCOL_VERSIONS.index(STRUCTURED_CONTENT_SINCE)
     ):
         value["structuredContent"] = body
     return value

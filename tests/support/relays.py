@@ -53,6 +53,7 @@ FAST_TIMES = {
     "DELIVERY_WINDOW_SECONDS": "1",
     "PROVIDER_READ_TIMEOUT_SECONDS": "3",
     "MCP_MAX_WAIT_SECONDS": "4",
+    "MCP_TASK_LEASE_SECONDS": "2",
     # Paired relays: asks and events checked there often, a lost link told after 2 s.
     "PEER_ASK_POLL_SECONDS": "0.3",
     "PEER_EVENTS_POLL_SECONDS": "0.3",
