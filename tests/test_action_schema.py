@@ -78,7 +78,7 @@ def test_list_and_object_arguments_describe_what_they_hold() -> None:
 def test_every_argument_of_every_action_is_described() -> None:
     undescribed = [f"{spec.name}.{name}" for spec in ACTIONS.values() for name, param in spec.params.items() if not param.description]
     assert undescribed == []
-    assert list(action_schemas()) == [spec.name for spec in ordered_actions()] and len(ACTIONS) == 23
+    assert list(action_schemas()) == [spec.name for spec in ordered_actions()] and len(ACTIONS) == 25
 
 
 def test_describing_question_left_its_refusal_unchanged() -> None:
@@ -105,8 +105,10 @@ def test_relay_tool_is_one_object_schema_with_every_action_and_argument() -> Non
     assert properties["session"]["maxLength"] == 64  # the same shape wherever it is taken
     assert properties["session"]["description"].startswith("read_session, read_task_output, send, wait")
     assert "ask: the session the question is about" in properties["session"]["description"]
-    assert properties["relay"]["description"].startswith("every action but list_relays (optional for ask,")
-    assert properties["text"]["description"] == "send, create_session (required): the prompt · schedule (required): the prompt to queue"
+    assert properties["relay"]["description"].startswith("every action but list_relays, take, reply (optional for ask,")
+    assert properties["text"]["description"] == (
+        "send, create_session (required): the prompt · reply (required): the reply · schedule (required): the prompt to queue"
+    )
     json.dumps(parameters)  # plain JSON
 
 
@@ -114,7 +116,7 @@ def test_the_system_prompt_lists_every_action_and_is_the_same_text_every_time() 
     prompt = system_prompt()
     assert prompt == system_prompt() and prompt.encode() == system_prompt.__wrapped__().encode()
     listed = [line[2:].split("(")[0] for line in prompt.splitlines() if line.startswith("- ")]
-    assert listed == [spec.name for spec in ordered_actions()] and len(listed) == 23
+    assert listed == [spec.name for spec in ordered_actions()] and len(listed) == 25
     assert "\n- transfer_subscriptions(from[, relay]): Move every subscription of another conversation" in prompt
     assert "\n- send(relay, session, text[, wait_seconds, mode, model, effort, provider, if_busy]): " in prompt
     assert "\n- update_session(relay, session[, at least one of model, effort," in prompt

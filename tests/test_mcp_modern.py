@@ -81,6 +81,7 @@ def test_a_call_without_the_extension_answers_within_its_request(relay: Relay, d
 
 
 def test_bad_envelopes_and_headers_get_the_revisions_errors_and_change_nothing(relay: Relay, desk: Agent) -> None:
+    modern(relay, desk.token, "server/discover")  # its first MCP request marks desk as an agent outside
     before = snapshot(relay)
     base = {"Authorization": f"Bearer {desk.token}", "Accept": "application/json, text/event-stream",
             "Content-Type": "application/json", "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/list"}

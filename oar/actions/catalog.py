@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from oar.actions import control, prompts, questions, relays, schedules, sessions, subscriptions, tasks
+from oar.actions import control, outside, prompts, questions, relays, schedules, sessions, subscriptions, tasks
 from oar.actions.registry import ACTIONS, ActionSpec
 
 # The modules are imported for what their decorators register. Their order is the reading
 # order of every listing of the actions (system prompt, help, reference), whatever the
 # order in which they happened to be imported.
-ACTION_MODULES = (relays, sessions, tasks, prompts, control, questions, subscriptions, schedules)
+ACTION_MODULES = (relays, sessions, tasks, prompts, outside, control, questions, subscriptions, schedules)
 
 
 def load_actions() -> dict[str, ActionSpec]:

@@ -28,6 +28,11 @@ def turn_started_channel(namespace: str, session_id: str) -> str:
     return f"{namespace}:wake:started:{session_id}"
 
 
+def arrivals_channel(namespace: str, session_id: str) -> str:
+    """Something was queued for the session (its agent outside the relay may take it)."""
+    return f"{namespace}:wake:arrived:{session_id}"
+
+
 def due_channel(namespace: str) -> str:
     """A due time (a schedule's, a held event's) was written: the clock's due-time timer reads
     the earliest again (oar.engine.due_timer)."""

@@ -113,6 +113,11 @@ class Session(BaseModel):
     # the calling relay's name. Stand-ins run no turns and are never listed or named by agents; they
     # hold what this relay keeps per calling conversation (cards, Allows, who started which session).
     remote_relay = pw.CharField(null=True, max_length=200)
+    # Its agent works outside the relay (docs/sessions.md#agents-outside-the-relay): what arrives for it waits
+    # to be taken, never starting a provider turn. Null until the owner says or the relay recognises it.
+    agent_outside = pw.BooleanField(null=True)
+    # When its agent outside last took what waited for it.
+    outside_taken_at = pw.DateTimeField(null=True)
 
     class Meta:
         # Listings go newest first with the id breaking ties (list_sessions, the page): with the

@@ -15,20 +15,17 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any
-
-import peewee
 
 from oar.core import ids, jobs
 from oar.core.db import database, is_sqlite, lock_rows, write_transaction
 from oar.core.models import Message, Session
-from oar.core.prepared import Prepared
 from oar.core.runtime import Runtime
-from oar.core.statuses import LIVE_TURN, TurnStatus
+from oar.core.statuses import TurnStatus
 from oar.core.timeutil import utcnow
 from oar.openclaw import runs as openclaw_runs
 from oar.providers import usage
 from oar.providers.base import Usage
+from oar.turns import outcome_rows as rows
 from oar.turns import turns
 
 
@@ -46,40 +43,6 @@ class _Outcome:
     queued_behind: bool = False
     failure: BaseException | None = None
 
-
-# Run as every turn ends: their SQL built once (oar/core/prepared.py).
-def _settle(with_activities: bool) -> Prepared:
-    """The prompt's outcome; `with_activities`: and its last activity lines (JSON, given converted)."""
-
-    def build(turn_id: Any, status: Any, error: Any, text: Any, reply_id: Any, now: Any, *activities: Any) -> Any:
-        changes = {"activities": peewee.Value(activities[0], converter=False)} if with_activities else {}
-        return Message.update(
-            status=status, error=error, partial_text=text, reply_id=reply_id, completed_at=now, **changes
-        ).where((Message.id == turn_id) & Message.status.in_(LIVE_TURN))
-
-    return Prepared(build)
-
-
-_SETTLE, _SETTLE_WITH_ACTIVITIES = _settle(False), _settle(True)
-# Every column given: no default is frozen into the statement.
-_INSERT_REPLY = Prepared(
-    lambda reply_id, session_id, text, now, model: Message.insert(
-        id=reply_id, session=session_id, role="assistant", text=text, created_at=now, from_kind="user",
-        from_relay=None, from_session=None, from_session_title=None, from_model=None, hops=0, acts_for_user=False,
-        model=model, stop_requested=False, output_truncated=False,
-    )
-)
-_FREE_SESSION = Prepared(
-    lambda now, added, session_id, turn_id: Session.update(
-        active_turn=None, last_activity_at=now, message_count=Session.message_count + added
-    ).where((Session.id == session_id) & (Session.active_turn == turn_id))
-)
-_QUEUED_PROMPT = Prepared(
-    lambda session_id: Message.select(Message.id)
-    .where((Message.session == session_id) & (Message.status == TurnStatus.QUEUED))
-    .limit(1)
-    .tuples()
-)
 
 # Outcomes waiting to be written, and the turn of the thread that writes them.
 _waiting: list[_Outcome] = []
@@ -173,13 +136,13 @@ def _write(outcome: _Outcome) -> None:
         usage.record(provider_name, turn.model, turn.session_id, turn.id, reported.input_tokens, reported.output_tokens)
     settle = (turn.id, status, outcome.error, text, reply_id, now)
     if outcome.activities:
-        settled = _SETTLE_WITH_ACTIVITIES.execute(*settle, Message.activities.db_value(outcome.activities))
+        settled = rows.SETTLE_WITH_ACTIVITIES.execute(*settle, Message.activities.db_value(outcome.activities))
     else:
-        settled = _SETTLE.execute(*settle)
+        settled = rows.SETTLE.execute(*settle)
     if settled and reply_id:
-        _INSERT_REPLY.insert(reply_id, turn.session_id, text, now, turn.model)
+        rows.INSERT_REPLY.insert(reply_id, turn.session_id, text, now, turn.model)
     if settled:
         turns.record_turn_events(turn, status, text, outcome.error, now)
-    _FREE_SESSION.execute(now, 1 if settled and reply_id else 0, turn.session_id, turn.id)
+    rows.FREE_SESSION.execute(now, 1 if settled and reply_id else 0, turn.session_id, turn.id)
     outcome.settled = bool(settled)
-    outcome.queued_behind = bool(_QUEUED_PROMPT.rows(turn.session_id))
+    outcome.queued_behind = bool(rows.QUEUED_PROMPT.rows(turn.session_id))

@@ -22,6 +22,7 @@ from oar.core.db import lock_rows, write_transaction
 from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
 from oar.core.statuses import LIVE_TURN, TurnStatus
+from oar.turns import outside
 from oar.turns.turns import start_turns
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ class Reconciled:
     failed_tasks: int = 0
     enqueued_tasks: int = 0
     ended_cards: int = 0
+    unanswered_outside: int = 0
 
 
 def reconcile(runtime: Runtime, now: datetime) -> Reconciled:
@@ -90,6 +92,8 @@ def reconcile(runtime: Runtime, now: datetime) -> Reconciled:
             & (Message.created_at < grace_before)
             & Session.active_turn.is_null()
             & (Session.archived == False)  # noqa: E712
+            # An agent outside the relay takes its own prompts (oar.turns.outside): no worker runs them.
+            & (Session.agent_outside.is_null() | (Session.agent_outside == False))  # noqa: E712
         )
         .distinct()
     )
@@ -104,4 +108,6 @@ def reconcile(runtime: Runtime, now: datetime) -> Reconciled:
     outcome.enqueued_tasks = task_outcome["enqueued"]
     # Approval cards whose waiting call can no longer be there (its turn ended, or it expired).
     outcome.ended_cards = cards.sweep(now)
+    # Prompts an agent outside the relay took and left unanswered past the turn time limit.
+    outcome.unanswered_outside = outside.expire_unanswered(runtime, now)
     return outcome

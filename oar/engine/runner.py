@@ -74,7 +74,8 @@ def claim_next_turn(session_id: str) -> Message | None:
     while True:
         with write_transaction():
             session = Session.get_or_none(Session.id == session_id)
-            if session is None or session.active_turn or session.archived or session.deleted:
+            # An agent outside the relay takes its conversation's prompts itself (oar.turns.outside).
+            if session is None or session.active_turn or session.archived or session.deleted or session.agent_outside:
                 return None
             turn = (
                 Message.select()

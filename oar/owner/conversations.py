@@ -22,7 +22,7 @@ from oar.schedules import schedules
 from oar.sessions import groups, sessions
 from oar.sessions import state as session_state
 from oar.sessions.folders import check_folder
-from oar.turns import turns
+from oar.turns import outside, turns
 
 CHANGED_NOTHING = "Nothing was changed."
 # Sessions listed at most, newest activity first, and messages shown when reading one.
@@ -37,6 +37,7 @@ NEW_SESSION = {
     "mode": MODE,
     "cwd": CWD,
     "text": Param("str", max_length=defaults.MAX_PROMPT_CHARS),
+    "agent_outside": Param("bool", description="its agent works outside the relay (docs/sessions.md#agents-outside-the-relay)"),
 }
 
 NEW_MESSAGE = {"text": TEXT}
@@ -50,6 +51,7 @@ SESSION_CHANGES = {
     "group_id": Param("str", max_length=64, description='a group id, or "none"'),
     # The Allows remembered for this conversation's agent (docs/rules.md#when-a-card-is-asked), granted ahead or revoked.
     "approvals": Param("list", description="create_sessions, watch_sessions, change_other_sessions"),
+    "agent_outside": Param("bool", description="its agent works outside the relay (docs/sessions.md#agents-outside-the-relay)"),
 }
 
 
@@ -63,6 +65,9 @@ def session_view(session: Session) -> dict[str, Any]:
     view = sessions.described(session, session_state.state_of(session, session_state.is_busy(session)))
     view["group"] = groups.field_for(session)
     view["approvals"] = sorted(cards.approved(session.id, "this"))
+    view["agentOutside"] = bool(session.agent_outside)
+    if session.agent_outside:
+        view["outside"] = outside.waiting_view(session)
     return view
 
 
@@ -86,6 +91,8 @@ def start_conversation(runtime: Runtime, payload: dict[str, Any]) -> tuple[Sessi
             title=title, provider=provider.name, model=model, effort=effort,
             mode=args.get("mode", "agent"), cwd=cwd,
         )
+        if "agent_outside" in args:
+            Session.update(agent_outside=args["agent_outside"]).where(Session.id == session.id).execute()
         token = sessions.issue_token(session)
         message = turns.insert_prompt(session, args["text"], turns.Provenance()) if args.get("text") else None
         if args.get("text"):
@@ -183,7 +190,7 @@ def change_session_settings(runtime: Runtime, session_id: str, payload: dict[str
     with write_transaction():
         if approvals is not None:
             cards.set_approvals(session.id, "this", set(approvals))
-        values = {key: args[key] for key in ("may_create_sessions", "title", "mode") if key in args}
+        values = {key: args[key] for key in ("may_create_sessions", "title", "mode", "agent_outside") if key in args}
         if values:
             Session.update(**values).where(Session.id == session.id).execute()
         if "group_id" in args:
@@ -191,6 +198,8 @@ def change_session_settings(runtime: Runtime, session_id: str, payload: dict[str
                 groups.leave(session)
             else:
                 groups.join(session, group)
+    if args.get("agent_outside") is False:
+        turns.start_turns(runtime, session.id)  # what waited for the agent outside runs on the provider now
     return Session.get_by_id(session.id)
 
 

@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import redis
 from peewee import Alias, DoesNotExist, fn
 from rq import Queue
 
@@ -24,6 +25,7 @@ from oar.core.signals import publish
 from oar.core.statuses import IN_PROGRESS_TURN, LIVE_TURN, SETTLED_TURN, WAITING_BEHIND_TURN, TaskStatus, TurnStatus
 from oar.core.timeutil import iso, utcnow
 from oar.core.waiting import Look, wait_on_signals
+from oar.turns import outcome_rows
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +151,7 @@ def start_turns_of(runtime: Runtime, session_ids: list[str]) -> None:
     clock's reconciler enqueues them when Redis is back."""
     if not session_ids:
         return
+    announce_arrivals(runtime, session_ids)
     try:
         runtime.queue.enqueue_many([
             Queue.prepare_data(
@@ -158,6 +161,17 @@ def start_turns_of(runtime: Runtime, session_ids: list[str]) -> None:
         ])
     except Exception as error:  # noqa: BLE001 - any Redis failure leaves it to the reconciler
         log.warning("turns for %s not enqueued yet: %s", ", ".join(session_ids[:5]), error)
+
+
+def announce_arrivals(runtime: Runtime, session_ids: list[str]) -> None:
+    """Wake the sessions' agents outside the relay that wait in `take` (a worker ignores their prompts)."""
+    try:
+        pipe = runtime.redis.pipeline(transaction=False)
+        for session_id in session_ids:
+            pipe.publish(keys.arrivals_channel(runtime.config.namespace, session_id), b"1")
+        pipe.execute()
+    except redis.RedisError as error:  # a waiting take looks again within its recheck
+        log.warning("arrivals for %s not announced: %s", ", ".join(session_ids[:5]), error)
 
 
 def badge(message: Message) -> dict[str, Any] | None:
@@ -323,7 +337,10 @@ def stop_turn(runtime: Runtime, session: Session) -> str:
         lock_rows(Session.select(Session.id).where(Session.id == session.id))
         session = Session.get_by_id(session.id)
         acknowledgement = request_stop(session)
-        if acknowledgement == "no-active-turn":
+        if acknowledgement != "no-active-turn" and session.agent_outside:
+            # No worker runs a prompt its agent outside took: it ends `stopped` here.
+            stopped_before_start = _stop_taken(session)
+        elif acknowledgement == "no-active-turn":
             stopped_before_start = _stop_next_queued(session)
             if stopped_before_start is not None:
                 acknowledgement = "stop-queued"
@@ -350,8 +367,11 @@ def stop_prompt(runtime: Runtime, message_id: str) -> bool:
             .where((Message.id == message_id) & (Message.status == TurnStatus.QUEUED))
             .execute()
         )
+        session = Session.get_by_id(message.session_id)
         if stopped_before_start:
             record_turn_events(message, TurnStatus.STOPPED, "", None, now)
+        elif session.agent_outside and session.active_turn == message_id:
+            stopped_before_start = _stop_taken(session) is not None
         else:
             asked = bool(
                 Message.update(stop_requested=True)
@@ -364,6 +384,17 @@ def stop_prompt(runtime: Runtime, message_id: str) -> bool:
     elif asked:
         signal_stop(runtime, message_id)
     return stopped_before_start or asked
+
+
+def _stop_taken(session: Session) -> str | None:
+    """Inside a write transaction: the prompt an agent outside took ends `stopped`; its id."""
+    turn = Message.get_or_none(Message.id == session.active_turn)
+    now = utcnow()
+    if turn is None or not outcome_rows.SETTLE.execute(turn.id, TurnStatus.STOPPED, None, "", None, now):
+        return None
+    record_turn_events(turn, TurnStatus.STOPPED, "", None, now)
+    outcome_rows.FREE_SESSION.execute(now, 0, session.id, turn.id)
+    return str(turn.id)
 
 
 def _stop_next_queued(session: Session) -> str | None:

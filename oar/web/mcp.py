@@ -25,6 +25,7 @@ from oar.actions.schema import relay_tool
 from oar.core import ids
 from oar.core.errors import ActionError
 from oar.core.models import Session
+from oar.turns import outside
 from oar.web import mcp_modern, mcp_wire, runtime
 from oar.web.auth import bearer_token, require_agent
 from oar.web.mcp_calls import run_call
@@ -69,6 +70,9 @@ def add_endpoint(on: Blueprint, path: str, tools: ToolSet) -> None:
 
 def serve(tools: ToolSet) -> ResponseReturnValue:
     caller = require_agent()
+    # An MCP client holding an owner's conversation that never had a turn is that conversation's
+    # agent, outside the relay (docs/sessions.md#agents-outside-the-relay).
+    outside.recognise(caller)
     try:
         body = request.get_data(cache=False)
     except RequestEntityTooLarge:

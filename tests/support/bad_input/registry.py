@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tests.support.bad_input import questions, schedules, sessions, subscriptions
+from tests.support.bad_input import outside, questions, schedules, sessions, subscriptions
 from tests.support.bad_input.world import Case
 
 TABLES: dict[str, list[Case]] = {
@@ -12,6 +12,7 @@ TABLES: dict[str, list[Case]] = {
     "schedules": schedules.CASES,
     "subscriptions": subscriptions.CASES,
     "questions": questions.CASES,
+    "outside": outside.CASES,
 }
 ALL_CASES: list[Case] = [case for table in TABLES.values() for case in table]
 

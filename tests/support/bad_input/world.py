@@ -54,6 +54,8 @@ NOTHING = {
     "answer_question": "Nothing was sent.",
     "ask": "Nothing was asked.",
     "withdraw": "Nothing was withdrawn.",
+    "take": "Nothing was taken.",
+    "reply": "Nothing was replied.",
 }
 
 
