@@ -104,13 +104,18 @@ def memory_folder(runtime: Runtime, payload: dict[str, Any], nothing: str) -> Pa
 
 
 def export_memory(runtime: Runtime, payload: dict[str, Any]) -> tuple[str, list[str]]:
-    folder = memory_folder(runtime, payload, "Nothing was written.")
+    nothing = "Nothing was written."
+    folder = memory_folder(runtime, payload, nothing)
     try:
         return str(folder), memory_files.export(folder)
-    except OSError as error:
+    except memory_files.ExportStopped as stopped:
         # Files are written one by one: those before the failure are written.
-        raise invalid(f"The memory files could not all be written under {folder}: {error.strerror}. "
-                      "Files before it were written; nothing more was.") from None
+        before = (f"{len(stopped.written)} files before it were written; nothing more was." if stopped.written
+                  else nothing)
+        raise invalid(f"The memory files could not all be written under {folder}: {stopped.error.strerror}. "
+                      f"{before}") from None
+    except OSError as error:
+        raise invalid(f"The memory files could not be written under {folder}: {error.strerror}. {nothing}") from None
 
 
 def import_memory(runtime: Runtime, payload: dict[str, Any]) -> tuple[str, memory_files.Imported]:
