@@ -26,6 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from oar.core.schema import object_schema
 from oar.team import tools
+from tests.support.clients import Agent
 from tests.support.processes import PROJECT
 from tests.support.relays import Relay, RelayStack, own_relay
 from tests.support.snapshots import snapshot
@@ -52,6 +53,13 @@ def team_stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iter
 def team_relay(team_stack: RelayStack) -> Relay:
     assert team_stack.relay is not None
     return team_stack.relay
+
+
+@pytest.fixture(scope="module")
+def keeper(team_relay: Relay) -> Agent:
+    """The conversation whose team keeps the project's memory (the first team that writes a memory
+    file keeps it: docs/team-runs.md#memory)."""
+    return team_relay.conversation("lead")
 
 
 def test_it_lists_the_23_tools_with_schemas_from_their_tables(team_relay: Relay) -> None:
@@ -314,8 +322,8 @@ def test_artifacts_and_reviews_only_by_the_named_reviewer_and_once(team_relay: R
     run(work)
 
 
-def test_memory_sections_dated_entries_and_the_project_file(team_relay: Relay) -> None:
-    lead = team_relay.conversation("lead")
+def test_memory_sections_dated_entries_and_the_project_file(team_relay: Relay, keeper: Agent) -> None:
+    lead = keeper
 
     async def work() -> None:
         async with team_session(team_relay, lead.token) as call:
@@ -533,8 +541,9 @@ def test_the_stdio_bridge_serves_the_team_tools_in_the_run_of_relay_session_id(t
     assert answers[3]["session_id"] == "2026-04-01-011-next" and answers[4]["tasks"] == []
 
 
-def test_the_owner_exports_memory_as_files_and_imports_them_back(team_relay: Relay, tmp_path: Path) -> None:
-    lead = team_relay.conversation("lead")
+def test_the_owner_exports_memory_as_files_and_imports_them_back(team_relay: Relay, keeper: Agent,
+                                                                 tmp_path: Path) -> None:
+    lead = keeper
     project = tmp_path / "repo"
     project.mkdir()
     owner = team_relay.owner

@@ -15,7 +15,7 @@ from oar.core.models import Session
 from oar.core.runtime import Runtime
 from oar.core.timeutil import iso
 from oar.sessions.folders import check_folder
-from oar.team import artifacts, board, memory, memory_files, messages, runs, thoughts
+from oar.team import access, artifacts, board, memory, memory_files, messages, runs, thoughts
 from oar.team.kinds import WorkStatus
 from oar.team.models import TeamArtifact, TeamMemory, TeamMessage, TeamReview, TeamRun, WorkItem
 
@@ -47,7 +47,7 @@ def run_line(run: TeamRun) -> dict[str, Any]:
 
 
 def list_runs(runtime: Runtime) -> list[dict[str, Any]]:
-    return [run_line(run) for run in runs.runs_newest_first()]
+    return [run_line(run) for run in runs.runs_newest_first(access.OWNER)]
 
 
 def run_view(runtime: Runtime, run_id: str) -> dict[str, Any]:

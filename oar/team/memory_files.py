@@ -25,8 +25,7 @@ MEMORY_FOLDER = PurePosixPath(".relay") / "memory"
 MAX_FILE_BYTES = defaults.TEAM_MEMORY_MAX_CHARS * 4
 
 
-def file_name(owner: str) -> str:
-    return f"{memory.PROJECT_FILE if owner == memory.PROJECT else owner}.md"
+file_name = memory.file_of
 
 
 class ExportStopped(Exception):
