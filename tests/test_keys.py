@@ -21,6 +21,8 @@ def test_stop_channels_and_keys_keep_their_strings() -> None:
     assert keys.provider_note("oar", "s1", "title:x") == "oar:providernote:s1:title:x"
     assert keys.rate_calls("oar", "s1") == "oar:rate:s1:calls"
     assert keys.rate_writes("oar", "s1") == "oar:rate:s1:writes"
+    assert keys.rate_calls("oar", "s1", "team") == "oar:rate:team:s1:calls"
+    assert keys.rate_writes("oar", "s1", "team") == "oar:rate:team:s1:writes"
     assert keys.wait_slots("oar", "s1") == "oar:waits:s1"
     assert keys.turns_nudge("oar", "s1") == "oar:nudged:s1"
     assert keys.task_nudge("oar", "t1") == "oar:tasknudged:t1"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import peewee
 import pytest
+from playhouse.migrations import Runner
 from playhouse.schema_diff import diff_models
 
 from oar.core import defaults
@@ -104,3 +105,53 @@ def test_a_fresh_postgresql_database_migrates_to_the_models_schema_once(tmp_path
             db.close_all()
     finally:
         drop_postgres_database(url)
+
+
+TEAM_ROWS = (
+    ('INSERT INTO "session" ("id", "title", "provider", "mode", "archived", "deleted", "created_at", "last_activity_at", '
+     '"message_count", "may_create_sessions", "loop_prompt_count", "created_by_session") '
+     "VALUES ({p}, 't', 'echo', 'agent', {no}, {no}, {now}, {now}, 0, {no}, 0, {p})", [("root", None), ("child", "root")]),
+    ('INSERT INTO "team_run" ("id", "started_by", "started_in_session", "created_at", "summary") '
+     "VALUES ({p}, 'lead', {p}, {now}, {p})", [("2026-01-01-001-aaaa", "child", "12345"), ("2026-01-01-002-bbbb", None, None)]),
+    ('INSERT INTO "team_message" ("id", "run_id", "from_agent", "content", "created_at") '
+     "VALUES ({p}, '2026-01-01-001-aaaa', 'lead', {p}, {now})", [("m1", "abc")]),
+    ('INSERT INTO "work_item" ("id", "run_id", "title", "description", "priority", "status", "created_by", "depth", '
+     "\"created_at\", \"updated_at\") VALUES ({p}, '2026-01-01-001-aaaa', {p}, {p}, 'low', 'todo', 'lead', 0, {now}, {now})",
+     [("t1", "Title", "desc")]),
+    ("INSERT INTO \"team_memory\" (\"owner\", \"content\", \"updated_at\") VALUES ({p}, 'x', {now})", [("fe",)]),
+)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_team_runs_made_before_teams_belong_to_their_starters_team(tmp_path: Path, kind: str) -> None:
+    """0017: a run's team is the root of its starter's tree, its stored text is counted, and
+    memory written before is nobody's."""
+    url = None
+    if kind == "postgresql":
+        missing = postgres_unreachable()
+        if missing:
+            pytest.skip(missing)
+        url = create_postgres_database()
+    before = tmp_path / "before"
+    before.mkdir()
+    for name in MIGRATION_NAMES:
+        if name < "0017":
+            (before / f"{name}.py").write_text((MIGRATIONS / f"{name}.py").read_text(encoding="utf-8"), encoding="utf-8")
+    try:
+        db = open_database(Config(data_dir=tmp_path, database_url=url))
+        with database.connection_context():
+            Runner(db, str(before)).up()
+            no = "0" if kind == "sqlite" else "FALSE"
+            for statement, rows in TEAM_ROWS:
+                for row in rows:
+                    db.execute_sql(statement.format(p=db.param, no=no, now="CURRENT_TIMESTAMP"), row)
+            assert Runner(db, str(MIGRATIONS)).up() == [name for name in MIGRATION_NAMES if name >= "0017"]
+            runs = db.execute_sql('SELECT "id", "team_root", "text_chars" FROM "team_run" ORDER BY "id"').fetchall()
+            # 3 (the message) + 5 + 4 (the task's title and description) + 5 (the summary).
+            assert [tuple(row) for row in runs] == [("2026-01-01-001-aaaa", "root", 17), ("2026-01-01-002-bbbb", None, 0)]
+            assert [tuple(row) for row in db.execute_sql('SELECT "owner", "team_root" FROM "team_memory"')] == [("fe", None)]
+        if hasattr(db, "close_all"):
+            db.close_all()
+    finally:
+        if url:
+            drop_postgres_database(url)

@@ -317,7 +317,7 @@ def settings_form(**changes: str) -> dict[str, str]:
     form = {
         "agent_sessions_enabled": "on", "max_wait_seconds": "900", "max_turn_seconds": "1800",
         "quiet_after_minutes": "12", "rate_calls_per_minute": "0", "rate_writes_per_minute": "0",
-        "relay_name": "desk", "allowed_roots": "/tmp\n/srv",
+        "team_calls_per_minute": "0", "team_writes_per_minute": "0", "relay_name": "desk", "allowed_roots": "/tmp\n/srv",
     }
     form.update(changes)
     return {key: value for key, value in form.items() if value is not None}
@@ -325,12 +325,14 @@ def settings_form(**changes: str) -> dict[str, str]:
 
 def test_the_settings_form_saves_what_the_owner_api_shows(relay: Relay, owner: Browser) -> None:
     owner.get("/settings")
-    response = owner.post("/settings", settings_form(allow_shell_tasks="on"))
+    response = owner.post("/settings", settings_form(allow_shell_tasks="on", team_runs_shared="on",
+                                                      team_writes_per_minute="30"))
     assert response.status_code == 200 and "Settings saved." in response.text
     saved = relay.owner.get("/api/v1/owner/settings")["settings"]
     assert saved == {**saved, "agent_sessions_enabled": True, "max_wait_seconds": 900, "max_turn_seconds": 1800,
                      "quiet_after_minutes": 12, "allow_shell_tasks": True, "accept_agent_prompts": False,
-                     "allowed_roots": ["/tmp", "/srv"]}
+                     "allowed_roots": ["/tmp", "/srv"], "team_runs_shared": True, "team_calls_per_minute": 0,
+                     "team_writes_per_minute": 30}
     page = owner.get("/settings")
     assert 'name="max_wait_seconds" value="900"' in page.text
     assert "Agents may start and use sessions on this relay" in page.text

@@ -11,8 +11,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +26,11 @@ from mcp.client.streamable_http import streamable_http_client
 
 from oar.core.schema import object_schema
 from oar.team import tools
+from tests.support.clients import Agent
 from tests.support.processes import PROJECT
 from tests.support.relays import Relay, RelayStack, own_relay
 from tests.support.snapshots import snapshot
+from tests.support.team import body_of, ok, refused, run, team_session
 
 TOOL_NAMES = [
     "get_server_info", "start_session", "send_message", "get_messages", "create_task", "update_task", "claim_task",
@@ -54,49 +55,11 @@ def team_relay(team_stack: RelayStack) -> Relay:
     return team_stack.relay
 
 
-def body_of(result: types.CallToolResult) -> dict[str, Any]:
-    text = result.content[0]
-    assert isinstance(text, types.TextContent)
-    body = json.loads(text.text)
-    assert result.structured_content == body
-    assert result.is_error is (body["success"] is not True)
-    assert "data" not in body  # flat results
-    return body
-
-
-Call = Callable[..., Awaitable[dict[str, Any]]]
-
-
-@asynccontextmanager
-async def team_session(relay: Relay, token: str, headers: dict[str, str] | None = None) -> AsyncIterator[Call]:
-    """An SDK client session on /mcp/team; yields `call(tool, **arguments)` → the flat JSON."""
-    sent = {"Authorization": f"Bearer {token}", **(headers or {})}
-    async with httpx2.AsyncClient(headers=sent, timeout=httpx2.Timeout(60)) as http:
-        async with streamable_http_client(f"{relay.url}/mcp/team", http_client=http) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-
-                async def call(tool: str, /, **arguments: Any) -> dict[str, Any]:
-                    return body_of(await session.call_tool(tool, arguments))
-
-                yield call
-
-
-def run(work: Callable[[], Awaitable[Any]]) -> Any:
-    return anyio.run(work)
-
-
-def ok(body: dict[str, Any]) -> dict[str, Any]:
-    assert body["success"] is True, body
-    return body
-
-
-def refused(body: dict[str, Any], *words: str) -> str:
-    assert body["success"] is False, body
-    assert set(body) <= {"success", "error", "artifact"}, body
-    for word in words:
-        assert word in body["error"], body
-    return str(body["error"])
+@pytest.fixture(scope="module")
+def keeper(team_relay: Relay) -> Agent:
+    """The conversation whose team keeps the project's memory (the first team that writes a memory
+    file keeps it: docs/team-runs.md#memory)."""
+    return team_relay.conversation("lead")
 
 
 def test_it_lists_the_23_tools_with_schemas_from_their_tables(team_relay: Relay) -> None:
@@ -359,8 +322,8 @@ def test_artifacts_and_reviews_only_by_the_named_reviewer_and_once(team_relay: R
     run(work)
 
 
-def test_memory_sections_dated_entries_and_the_project_file(team_relay: Relay) -> None:
-    lead = team_relay.conversation("lead")
+def test_memory_sections_dated_entries_and_the_project_file(team_relay: Relay, keeper: Agent) -> None:
+    lead = keeper
 
     async def work() -> None:
         async with team_session(team_relay, lead.token) as call:
@@ -578,8 +541,9 @@ def test_the_stdio_bridge_serves_the_team_tools_in_the_run_of_relay_session_id(t
     assert answers[3]["session_id"] == "2026-04-01-011-next" and answers[4]["tasks"] == []
 
 
-def test_the_owner_exports_memory_as_files_and_imports_them_back(team_relay: Relay, tmp_path: Path) -> None:
-    lead = team_relay.conversation("lead")
+def test_the_owner_exports_memory_as_files_and_imports_them_back(team_relay: Relay, keeper: Agent,
+                                                                 tmp_path: Path) -> None:
+    lead = keeper
     project = tmp_path / "repo"
     project.mkdir()
     owner = team_relay.owner

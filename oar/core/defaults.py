@@ -222,6 +222,16 @@ TEAM_DERIVED_PER_PARENT = 3  # the circuit breaker: derived tasks of one parent
 TEAM_DERIVED_DEPTH = 1  # the circuit breaker: how deep derived tasks may nest
 TEAM_AGENT_FILE_MAX_BYTES = 1_000_000  # a team or pool YAML file the relay reads
 TEAM_THOUGHTS_POLL_MS = 400  # how often an open run view asks for new thoughts (under a second)
+TEAM_CALLS_PER_MINUTE = 600  # team tool calls per sliding minute per conversation (owner setting; its own budget)
+TEAM_WRITES_PER_MINUTE = 120  # …of which writes (owner setting `team_writes_per_minute`)
+TEAM_RUNS_PER_CONVERSATION_PER_DAY = 20  # team runs one conversation starts (creates) per UTC day
+TEAM_MESSAGES_PER_RUN = 10_000  # messages one run keeps
+TEAM_ARTIFACTS_PER_RUN = 500  # artifact names of one run (posting a name again replaces it)
+TEAM_REVIEWS_PER_RUN = 2_000  # reviews requested in one run
+TEAM_AGENTS_PER_RUN = 100  # agent ids one run binds to conversations
+TEAM_RUN_TEXT_MAX_CHARS = 20_000_000  # agents' text one run stores: messages, tasks, artifacts, reviews, summary, state
+TEAM_MEMORY_FILES_PER_TEAM = 100  # memory files one team keeps (the owner's imports count for nobody)
+TEAM_TREE_MAX_DEPTH = 64  # how far up a conversation's starters are followed to find its team
 # OpenClaw's session tools (docs/openclaw.md).
 # sessions_send's wait when timeoutSeconds is not given.
 OPENCLAW_SEND_TIMEOUT_SECONDS = 30

@@ -84,14 +84,14 @@ def sign_in_failures(namespace: str, address: str) -> str:
     return f"{namespace}:signinfail:{address}"
 
 
-def rate_calls(namespace: str, conversation: str) -> str:
-    """The sorted set of a conversation's recent relay calls."""
-    return f"{namespace}:rate:{conversation}:calls"
+def rate_calls(namespace: str, conversation: str, budget: str = "") -> str:
+    """The sorted set of a conversation's recent relay calls (of `budget`: "" relay_tool's, "team" the team tools')."""
+    return f"{namespace}:rate:{budget + ':' if budget else ''}{conversation}:calls"
 
 
-def rate_writes(namespace: str, conversation: str) -> str:
-    """The sorted set of a conversation's recent write calls."""
-    return f"{namespace}:rate:{conversation}:writes"
+def rate_writes(namespace: str, conversation: str, budget: str = "") -> str:
+    """The sorted set of a conversation's recent write calls (of `budget`, as `rate_calls`)."""
+    return f"{namespace}:rate:{budget + ':' if budget else ''}{conversation}:writes"
 
 
 def wait_slots(namespace: str, conversation: str) -> str:

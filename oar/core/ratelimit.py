@@ -4,7 +4,8 @@ tokens per client address on the page's sign-in form (docs/owner-api.md#signing-
 The decision is a pure function of the recent call times and `now`; the times themselves
 live in Redis sorted sets, because they are a short-lived cache, not data: a flushed Redis
 only forgets the last minute of calls. relay_tool calls, an agent's task starts and stops and
-an external agent's long polls count against the same limits (`refuse_over_limit`).
+an external agent's long polls count against the same limits (`refuse_over_limit`); the team
+tools count against limits of their own (`TEAM_CALLS`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -53,11 +55,29 @@ def retry_after(
     return max(1, math.ceil(max(waits)))
 
 
+@dataclass(frozen=True)
+class Budget:
+    """A count of calls and writes per conversation of its own: its Redis keys' part, the owner
+    settings that limit it, and what a refusal calls the calls."""
+
+    name: str
+    calls_setting: str
+    writes_setting: str
+    calls: str
+
+
+# relay_tool's calls, an agent's task starts and stops, an external agent's long polls.
+RELAY_CALLS = Budget("", "rate_calls_per_minute", "rate_writes_per_minute", "calls to the relay")
+# The team tools at /mcp/team: chatty by design (an orchestrator's loop polls), so a budget of their own.
+TEAM_CALLS = Budget("team", "team_calls_per_minute", "team_writes_per_minute", "team tool calls")
+
+
 class RateLimiter:
-    def __init__(self, connection: redis.Redis, namespace: str, window: float) -> None:
+    def __init__(self, connection: redis.Redis, namespace: str, window: float, budget: Budget = RELAY_CALLS) -> None:
         self.connection = connection
         self.namespace = namespace
         self.window = window
+        self.budget = budget
 
     def check_and_record(
         self, conversation: str, *, is_write: bool, calls_per_window: int, writes_per_window: int
@@ -66,8 +86,8 @@ class RateLimiter:
         if calls_per_window <= 0 and writes_per_window <= 0:
             return None
         now = time.time()
-        calls_key = keys.rate_calls(self.namespace, conversation)
-        writes_key = keys.rate_writes(self.namespace, conversation)
+        calls_key = keys.rate_calls(self.namespace, conversation, self.budget.name)
+        writes_key = keys.rate_writes(self.namespace, conversation, self.budget.name)
         try:
             pipe = self.connection.pipeline()
             for key in (calls_key, writes_key):
@@ -146,24 +166,21 @@ class FailureLimiter:
 
 def refuse_over_limit(
     runtime: Runtime, conversation: str, *, is_write: bool, nothing: str, settings: Mapping[str, Any] | None = None,
+    budget: Budget = RELAY_CALLS,
 ) -> None:
-    """Counts one call of the conversation against the owner's limits (`settings`: the owner's
-    settings, when the caller read them already), or refuses it with `REMOTE_RELAY_RATE_LIMITED`
-    (`retryAfterSeconds`) when it is over one; a refused call is not counted."""
+    """Counts one call of the conversation against the owner's limits of `budget` (`settings`:
+    the owner's settings, when the caller read them already), or refuses it with
+    `REMOTE_RELAY_RATE_LIMITED` (`retryAfterSeconds`) when it is over one; a refused call is not
+    counted."""
     if settings is None:
         settings = runtime.settings()
-    limiter = RateLimiter(runtime.redis, runtime.config.namespace, runtime.time("RATE_WINDOW_SECONDS"))
-    wait = limiter.check_and_record(
-        conversation,
-        is_write=is_write,
-        calls_per_window=settings["rate_calls_per_minute"],
-        writes_per_window=settings["rate_writes_per_minute"],
-    )
+    calls, writes = settings[budget.calls_setting], settings[budget.writes_setting]
+    limiter = RateLimiter(runtime.redis, runtime.config.namespace, runtime.time("RATE_WINDOW_SECONDS"), budget)
+    wait = limiter.check_and_record(conversation, is_write=is_write, calls_per_window=calls, writes_per_window=writes)
     if wait is not None:
         raise ActionError(
             "REMOTE_RELAY_RATE_LIMITED",
-            f"This conversation made too many calls to the relay in the last minute "
-            f"(limits: {settings['rate_calls_per_minute']} calls, {settings['rate_writes_per_minute']} writes). "
-            f"Try again in {wait} s. {nothing}",
+            f"This conversation made too many {budget.calls} in the last minute "
+            f"(limits: {calls} calls, {writes} writes). Try again in {wait} s. {nothing}",
             retryAfterSeconds=wait,
         )

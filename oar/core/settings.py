@@ -105,6 +105,12 @@ FIELDS: dict[str, Param] = {
     "notify_quiet_hours_hold_all": Param(
         "bool", description="quiet hours hold cards and questions too (by default they go out at once)",
     ),
+    # The team tools (docs/team-runs.md#runs-and-teams, docs/team-runs.md#limits).
+    "team_runs_shared": Param(
+        "bool", description="every conversation may see and join every team run and memory file, not only its team's",
+    ),
+    "team_calls_per_minute": Param("int", minimum=0, maximum=100_000, description="team tool calls; 0: no limit"),
+    "team_writes_per_minute": Param("int", minimum=0, maximum=100_000, description="team tool writes; 0: no limit"),
 }
 
 
@@ -216,6 +222,10 @@ def default_settings(config: Config) -> dict[str, Any]:
         # None: no quiet hours for notifications; cards and questions go out even inside them.
         "notify_quiet_hours": None,
         "notify_quiet_hours_hold_all": False,
+        # A team's runs and memory are its own; True shares them with every conversation of the relay.
+        "team_runs_shared": False,
+        "team_calls_per_minute": defaults.TEAM_CALLS_PER_MINUTE,
+        "team_writes_per_minute": defaults.TEAM_WRITES_PER_MINUTE,
     }
 
 

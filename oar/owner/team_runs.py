@@ -15,7 +15,7 @@ from oar.core.models import Session
 from oar.core.runtime import Runtime
 from oar.core.timeutil import iso
 from oar.sessions.folders import check_folder
-from oar.team import artifacts, board, memory, memory_files, messages, runs, thoughts
+from oar.team import access, artifacts, board, memory, memory_files, messages, runs, thoughts
 from oar.team.kinds import WorkStatus
 from oar.team.models import TeamArtifact, TeamMemory, TeamMessage, TeamReview, TeamRun, WorkItem
 
@@ -47,7 +47,7 @@ def run_line(run: TeamRun) -> dict[str, Any]:
 
 
 def list_runs(runtime: Runtime) -> list[dict[str, Any]]:
-    return [run_line(run) for run in runs.runs_newest_first()]
+    return [run_line(run) for run in runs.runs_newest_first(access.OWNER)]
 
 
 def run_view(runtime: Runtime, run_id: str) -> dict[str, Any]:
@@ -104,13 +104,18 @@ def memory_folder(runtime: Runtime, payload: dict[str, Any], nothing: str) -> Pa
 
 
 def export_memory(runtime: Runtime, payload: dict[str, Any]) -> tuple[str, list[str]]:
-    folder = memory_folder(runtime, payload, "Nothing was written.")
+    nothing = "Nothing was written."
+    folder = memory_folder(runtime, payload, nothing)
     try:
         return str(folder), memory_files.export(folder)
-    except OSError as error:
+    except memory_files.ExportStopped as stopped:
         # Files are written one by one: those before the failure are written.
-        raise invalid(f"The memory files could not all be written under {folder}: {error.strerror}. "
-                      "Files before it were written; nothing more was.") from None
+        before = (f"{len(stopped.written)} files before it were written; nothing more was." if stopped.written
+                  else nothing)
+        raise invalid(f"The memory files could not all be written under {folder}: {stopped.error.strerror}. "
+                      f"{before}") from None
+    except OSError as error:
+        raise invalid(f"The memory files could not be written under {folder}: {error.strerror}. {nothing}") from None
 
 
 def import_memory(runtime: Runtime, payload: dict[str, Any]) -> tuple[str, memory_files.Imported]:

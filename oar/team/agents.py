@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from oar.core import defaults
+from oar.core import defaults, safe_files
 from oar.team.runs import checked_agent, refuse
 
 FIELDS = ("name", "emoji", "description", "tags", "tools", "systemPrompt")
@@ -27,32 +27,52 @@ MAX_EXTENDS_DEPTH = 10
 NOTHING = "Nothing was read."
 
 
-def relay_folder(data_dir: Path) -> Path:
-    return data_dir / ".relay"
+RELAY_FOLDER = ".relay"
+POOL_FILE = "agents.pool.yml"
 
 
-def pool_path(data_dir: Path) -> Path:
-    return relay_folder(data_dir) / "agents.pool.yml"
+def team_file(run_id: str) -> str:
+    return f"session-agents-{run_id}.yml"
 
 
-def team_path(data_dir: Path, run_id: str) -> Path:
-    return relay_folder(data_dir) / f"session-agents-{run_id}.yml"
-
-
-def load(path: Path) -> dict[str, Any] | None:
-    """The file's YAML mapping, None when there is no file, or a refusal that names the problem."""
-    if not path.is_file():
-        return None
-    if path.stat().st_size > defaults.TEAM_AGENT_FILE_MAX_BYTES:
-        raise refuse(f".relay/{path.name} is larger than {defaults.TEAM_AGENT_FILE_MAX_BYTES:,} bytes. {NOTHING}")
+def read_definitions(data_dir: Path, name: str) -> str | None:
+    """The text of `.relay/<name>` in the data folder, or None when there is none. `.relay` and the
+    file are opened without following a link (`oar.core.safe_files`): an agent that can write
+    there must not make the relay read another file as the owner's definitions."""
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as error:
-        raise refuse(f".relay/{path.name} is not valid YAML: {str(error)[:300]}. {NOTHING}") from None
+        # `.relay` (and the file, below) is named relative to the data folder in an error.
+        with safe_files.opened_dir(data_dir.resolve()) as data, safe_files.opened_dir(RELAY_FOLDER, under=data) as relay:
+            try:
+                raw = safe_files.read_regular_file(relay, name, defaults.TEAM_AGENT_FILE_MAX_BYTES)
+            except safe_files.UnsafeFile as error:
+                raise error.under(RELAY_FOLDER) from None
+    except FileNotFoundError:
+        return None
+    except safe_files.UnsafeFile as error:
+        raise refuse(f"The relay did not read .relay/{name}: {error.strerror}. {NOTHING}") from None
+    except safe_files.TooLarge:
+        raise refuse(f".relay/{name} is larger than {defaults.TEAM_AGENT_FILE_MAX_BYTES:,} bytes. {NOTHING}") from None
+    except OSError as error:
+        raise refuse(f"The relay could not read .relay/{name}: {error.strerror}. {NOTHING}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise refuse(f".relay/{name} is not valid YAML: {str(error)[:300]}. {NOTHING}") from None
+
+
+def load(data_dir: Path, name: str) -> dict[str, Any] | None:
+    """`.relay/<name>`'s YAML mapping, None when there is no file, or a refusal that names the problem."""
+    text = read_definitions(data_dir, name)
+    if text is None:
+        return None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise refuse(f".relay/{name} is not valid YAML: {str(error)[:300]}. {NOTHING}") from None
     if document is None:
         return {}
     if not isinstance(document, dict):
-        raise refuse(f".relay/{path.name} must hold a mapping with `agents` (and `shared`). {NOTHING}")
+        raise refuse(f".relay/{name} must hold a mapping with `agents` (and `shared`). {NOTHING}")
     return document
 
 
@@ -134,18 +154,18 @@ def shaped(agent_id: str, fields: dict[str, Any], file: str) -> dict[str, Any]:
 
 def pool(data_dir: Path) -> list[dict[str, Any]] | None:
     """The pool's agents (system prompts included), or None when there is no pool file."""
-    document = load(pool_path(data_dir))
-    return None if document is None else definitions(document, ".relay/agents.pool.yml")
+    document = load(data_dir, POOL_FILE)
+    return None if document is None else definitions(document, f"{RELAY_FOLDER}/{POOL_FILE}")
 
 
 def team(data_dir: Path, run_id: str) -> list[dict[str, Any]] | None:
     """A run's team, its `extends` reaching the pool's agents; None when the run has no team file."""
-    path = team_path(data_dir, run_id)
-    document = load(path)
+    name = team_file(run_id)
+    document = load(data_dir, name)
     if document is None:
         return None
     base = {agent["id"]: {k: v for k, v in agent.items() if k != "id"} for agent in pool(data_dir) or []}
-    return definitions(document, f".relay/{path.name}", base)
+    return definitions(document, f"{RELAY_FOLDER}/{name}", base)
 
 
 def pool_metadata(agents: list[dict[str, Any]]) -> list[dict[str, Any]]:

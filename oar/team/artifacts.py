@@ -6,11 +6,12 @@ import secrets
 from datetime import datetime
 from typing import Any
 
+from oar.core import defaults
 from oar.core.db import lock_rows, write_transaction
 from oar.team.board import task_in_run
 from oar.team.kinds import ReviewStatus
 from oar.team.models import TeamArtifact, TeamReview, TeamRun
-from oar.team.runs import NOTHING, checked_agent, refuse
+from oar.team.runs import NOTHING, charge_text, checked_agent, refuse, refuse_past
 
 
 def post(run: TeamRun, agent_id: str, args: dict[str, Any], now: datetime) -> tuple[str, bool]:
@@ -18,11 +19,16 @@ def post(run: TeamRun, agent_id: str, args: dict[str, Any], now: datetime) -> tu
     task_id = task_in_run(run, args["task_id"]).id if args.get("task_id") else None
     name = args["name"].strip()
     with write_transaction():
+        # The run's row first: two posts of one new name at once then find each other's.
+        lock_rows(TeamRun.select().where(TeamRun.id == run.id))
         existing = TeamArtifact.get_or_none((TeamArtifact.run == run.id) & (TeamArtifact.name == name))
+        charge_text(run, len(args["content"]) - (len(existing.content) if existing else 0))
         if existing is not None:
             TeamArtifact.update(type=args["type"], content=args["content"], created_by=agent_id, task=task_id,
                                 updated_at=now).where(TeamArtifact.id == existing.id).execute()
             return existing.id, True
+        refuse_past(TeamArtifact.select().where(TeamArtifact.run == run.id).count(), defaults.TEAM_ARTIFACTS_PER_RUN,
+                    "artifacts", run)
         artifact_id = f"art_{secrets.token_hex(6)}"
         TeamArtifact.create(id=artifact_id, run=run.id, name=name, type=args["type"], content=args["content"],
                             created_by=agent_id, task=task_id, created_at=now, updated_at=now)
@@ -47,6 +53,9 @@ def request_review(run: TeamRun, agent_id: str, artifact_id: str, reviewer: str,
     reviewer = checked_agent("reviewer", reviewer)
     review_id = f"rev_{secrets.token_hex(6)}"
     with write_transaction():
+        lock_rows(TeamRun.select().where(TeamRun.id == run.id))
+        refuse_past(TeamReview.select().where(TeamReview.run == run.id).count(), defaults.TEAM_REVIEWS_PER_RUN,
+                    "reviews", run)
         TeamReview.create(id=review_id, run=run.id, artifact=artifact.id, requested_by=agent_id, reviewer=reviewer,
                           status=ReviewStatus.PENDING, created_at=now)
     return review_id
@@ -69,13 +78,14 @@ def submit_review(run: TeamRun, agent_id: str, review_id: str, status: str, comm
                      f"reviewer may submit it. {NOTHING}")
     with write_transaction():
         lock_rows(TeamReview.select().where(TeamReview.id == review.id))
+        charge_text(run, len(comments or ""))
         changed = TeamReview.update(status=status, comments=comments, submitted_at=now).where(
             (TeamReview.id == review.id) & (TeamReview.status == ReviewStatus.PENDING)
         ).execute()
-    if changed != 1:
-        done = TeamReview.get(TeamReview.id == review.id)
-        raise refuse(f'Review "{review.id}" was submitted already ({done.status}); a review is submitted once. '
-                     f"{NOTHING}")
+        if changed != 1:  # raised inside: the comments' charge is rolled back
+            done = TeamReview.get(TeamReview.id == review.id)
+            raise refuse(f'Review "{review.id}" was submitted already ({done.status}); a review is submitted once. '
+                         f"{NOTHING}")
     return review_view(TeamReview.get(TeamReview.id == review.id))
 
 

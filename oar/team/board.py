@@ -15,7 +15,7 @@ from oar.core import defaults
 from oar.core.db import lock_rows, write_transaction
 from oar.team.kinds import WorkStatus
 from oar.team.models import TeamRun, WorkItem, WorkItemDependency
-from oar.team.runs import NOTHING, checked_agent, refuse
+from oar.team.runs import NOTHING, charge_text, checked_agent, refuse, refuse_past
 
 
 def new_task_id() -> str:
@@ -65,6 +65,7 @@ def create_task(run: TeamRun, agent_id: str, args: dict[str, Any], now: datetime
     task_id = new_task_id()
     try:
         with write_transaction():
+            charge_text(run, sum(len(args.get(name) or "") for name in ("title", "description", "derived_reason")))
             depth = 0
             if parent_id:
                 parent = task_in_run(run, parent_id, "parent_task_id")
@@ -83,9 +84,8 @@ def create_task(run: TeamRun, agent_id: str, args: dict[str, Any], now: datetime
                         f'Circuit breaker: task "{parent.id}" has {siblings} derived tasks already, the most a task may '
                         f"have ({defaults.TEAM_DERIVED_PER_PARENT}). Finish or rethink those first. Nothing was created."
                     )
-            if WorkItem.select().where(WorkItem.run == run.id).count() >= defaults.TEAM_WORK_ITEMS_PER_RUN:
-                raise refuse(f"Team run {run.id} has {defaults.TEAM_WORK_ITEMS_PER_RUN} tasks, the most a run may have. "
-                             "Nothing was created.")
+            refuse_past(WorkItem.select().where(WorkItem.run == run.id).count(), defaults.TEAM_WORK_ITEMS_PER_RUN,
+                        "tasks", run)
             WorkItem.create(
                 id=task_id, run=run.id, title=args["title"], description=args.get("description"), assignee=assignee,
                 priority=args["priority"], status=WorkStatus.TODO, created_by=agent_id, parent=parent_id or None,

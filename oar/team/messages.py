@@ -10,11 +10,15 @@ from typing import Any
 from oar.core import defaults
 from oar.core.db import write_transaction
 from oar.team.models import TeamMessage, TeamRun
+from oar.team.runs import charge_text, refuse_past
 
 
 def send(run: TeamRun, agent_id: str, to: str | None, content: str, thread_id: str | None, now: datetime) -> str:
     message_id = f"tmsg_{secrets.token_hex(8)}"
     with write_transaction():
+        charge_text(run, len(content))
+        refuse_past(TeamMessage.select().where(TeamMessage.run == run.id).count(), defaults.TEAM_MESSAGES_PER_RUN,
+                    "messages", run)
         TeamMessage.create(id=message_id, run=run.id, from_agent=agent_id, to_agent=to, content=content,
                            thread_id=thread_id, created_at=now)
     return message_id

@@ -33,6 +33,11 @@ class TeamRun(BaseModel):
     orchestrator_state = pw.TextField(null=True)
     state_by = pw.CharField(null=True, max_length=64)
     state_at = pw.DateTimeField(null=True)
+    # The team it belongs to: the conversation at the root of its starter's tree (oar.team.access);
+    # null: a run older than teams, seen only while the owner shares runs.
+    team_root = pw.CharField(null=True, max_length=32, index=True)
+    # Characters of agents' text the run stores, against TEAM_RUN_TEXT_MAX_CHARS.
+    text_chars = pw.BigIntegerField(default=0)
 
     class Meta:
         table_name = "team_run"
@@ -52,6 +57,22 @@ class TeamConnection(BaseModel):
 
     class Meta:
         table_name = "team_connection"
+
+
+class TeamAgent(BaseModel):
+    """An agent id of a run and the conversation it belongs to: the one whose token used it there
+    first. Another conversation's call with that agent id is refused."""
+
+    id = pw.AutoField()
+    run = pw.ForeignKeyField(TeamRun, on_delete="CASCADE")
+    run_id: ObjectId[str]
+    agent_id = pw.CharField(max_length=64)
+    session_id = pw.CharField(max_length=32)
+    bound_at = pw.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "team_agent"
+        indexes = ((("run", "agent_id"), True),)
 
 
 class TeamMessage(BaseModel):
@@ -163,11 +184,13 @@ class TeamMemory(BaseModel):
     owner = pw.CharField(primary_key=True, max_length=64)
     content = pw.TextField()
     updated_at = pw.DateTimeField(default=utcnow)
+    # The team that keeps it (the first that wrote it); null: nobody's yet (imported by the owner).
+    team_root = pw.CharField(null=True, max_length=32, index=True)
 
     class Meta:
         table_name = "team_memory"
 
 
 TEAM_MODELS: tuple[type[BaseModel], ...] = (
-    TeamRun, TeamConnection, TeamMessage, WorkItem, WorkItemDependency, TeamArtifact, TeamReview, TeamMemory,
+    TeamRun, TeamConnection, TeamAgent, TeamMessage, WorkItem, WorkItemDependency, TeamArtifact, TeamReview, TeamMemory,
 )

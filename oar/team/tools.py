@@ -13,16 +13,19 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+import peewee as pw
 import redis
 
 from oar.core import defaults
 from oar.core.db import is_busy
 from oar.core.errors import ActionError, database_busy
 from oar.core.fields import Param, check_fields, unstorable_text
+from oar.core.ratelimit import TEAM_CALLS, refuse_over_limit
 from oar.core.schema import object_schema
-from oar.team import agents, artifacts, board, memory, messages, records, runs, thoughts
+from oar.team import access, agents, artifacts, board, memory, messages, records, runs, thoughts
+from oar.team.access import Scope
 from oar.team.kinds import ArtifactType, Priority, ReviewStatus, WorkStatus, values
-from oar.team.models import TeamRun
+from oar.team.models import TeamAgent, TeamRun
 from oar.team.runs import NOTHING, TeamCall, checked_agent, refuse
 
 log = logging.getLogger(__name__)
@@ -40,12 +43,24 @@ class ToolCall:
     agent: str | None
     args: dict[str, Any]
     found_run: TeamRun | None = None
+    # The agent id's binding this call made (taken back when the call is refused).
+    new_binding: TeamAgent | None = None
 
     @property
     def run(self) -> TeamRun:
         if self.found_run is None:
-            self.found_run = runs.active_run(self.call, self.agent_id)
+            return self.act_in(runs.active_run(self.call, self.agent_id))
         return self.found_run
+
+    def act_in(self, run: TeamRun) -> TeamRun:
+        """Act in `run` as `agent_id`: the agent id must be this conversation's there (bound now if new)."""
+        self.new_binding = access.bind_agent(run, self.agent_id, self.call.scope) or self.new_binding
+        self.found_run = run
+        return run
+
+    @property
+    def scope(self) -> Scope:
+        return self.call.scope
 
     @property
     def agent_id(self) -> str:
@@ -65,14 +80,17 @@ class TeamTool:
     handler: Handler
     # Whether the tool acts in the connection's run (a call before start_session is refused).
     in_run: bool = True
+    # Whether it changes something: it counts against the team's writes per minute too.
+    writes: bool = False
 
 
 TOOLS: dict[str, TeamTool] = {}
 
 
-def tool(name: str, description: str, params: dict[str, Param], *, in_run: bool = True) -> Callable[[Handler], Handler]:
+def tool(name: str, description: str, params: dict[str, Param], *, in_run: bool = True,
+         writes: bool = False) -> Callable[[Handler], Handler]:
     def register(handler: Handler) -> Handler:
-        TOOLS[name] = TeamTool(name, description, params, handler, in_run)
+        TOOLS[name] = TeamTool(name, description, params, handler, in_run, writes)
         return handler
 
     return register
@@ -85,21 +103,29 @@ def definitions() -> list[dict[str, Any]]:
 
 
 def call(team_call: TeamCall, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    """Run one tool call; every refusal is `{success: false, error}` and changes nothing."""
+    """Run one tool call; every refusal is `{success: false, error}` and changes nothing.
+
+    The order: the arguments, the conversation's rate limits (a call with bad arguments is not
+    counted), the run (its team's), the agent id (its conversation's in that run), the tool."""
     spec = TOOLS[name]
+    context: ToolCall | None = None
     try:
         if unstorable_text(arguments):
             raise refuse(f"{name}: the arguments hold text the relay cannot store (a NUL character or a lone "
                          f"surrogate). {NOTHING}")
         args, ignored = check_fields(name, spec.params, arguments, strict=False, nothing=NOTHING)
         agent = checked_agent("agent_id", args["agent_id"]) if args.get("agent_id") else None
+        refuse_over_limit(team_call.runtime, team_call.session_id, is_write=spec.writes, nothing=NOTHING,
+                          budget=TEAM_CALLS)
         context = ToolCall(team_call, agent, args)
         if spec.in_run:
-            context.found_run = runs.active_run(team_call, context.agent_id)
+            context.act_in(runs.active_run(team_call, context.agent_id))
         body = spec.handler(context)
     except ActionError as error:
+        take_back(context)
         return {"success": False, **error.extra, "error": error.message}
     except Exception as error:
+        take_back(context)
         # Never a stack trace to an agent: the same flat shape, with a reference into the log.
         if is_busy(error):
             log.warning("team tool %s: the database is busy (%s)", name, error)
@@ -112,6 +138,16 @@ def call(team_call: TeamCall, name: str, arguments: dict[str, Any]) -> dict[str,
     if ignored:
         answer["ignored"] = ignored
     return answer
+
+
+def take_back(context: ToolCall | None) -> None:
+    """A refused or failed call changes nothing: the agent id it bound first is unbound again."""
+    if context is None or context.new_binding is None:
+        return
+    try:
+        access.unbind(context.new_binding)
+    except pw.PeeweeException as error:  # the database that failed the call may fail this too; the binding stays
+        log.warning("team tools: agent id %s stays bound after a failed call (%s)", context.new_binding.agent_id, error)
 
 
 def failed(body: dict[str, Any]) -> bool:
@@ -138,9 +174,10 @@ def get_server_info(ctx: ToolCall) -> dict[str, Any]:
 
 @tool("start_session", "Declare this connection's active team run; call it once, before the other tools. "
       "Without session_id the relay starts a new run and answers its id.",
-      {"agent_id": AGENT_ID, "session_id": RUN_ID}, in_run=False)
+      {"agent_id": AGENT_ID, "session_id": RUN_ID}, in_run=False, writes=True)
 def start_session(ctx: ToolCall) -> dict[str, Any]:
-    run = runs.start(ctx.call, ctx.agent_id, ctx.args.get("session_id"))
+    run = ctx.act_in(runs.declared(ctx.call, ctx.agent_id, ctx.args.get("session_id")))
+    runs.declare(ctx.call, run, ctx.agent_id)
     return {"session_id": run.id, "dashboardUrl": run_view_url(ctx.call, run.id)}
 
 
@@ -152,7 +189,7 @@ def start_session(ctx: ToolCall) -> dict[str, Any]:
     "to": Param("str", max_length=64, description="the receiving agent's id; leave out to broadcast"),
     "content": Param("str", required=True, max_length=TEXT, description="the message"),
     "thread_id": Param("str", max_length=200, description="a thread to file it under"),
-})
+}, writes=True)
 def send_message(ctx: ToolCall) -> dict[str, Any]:
     to = checked_agent("to", ctx.args["to"]) if ctx.args.get("to") else None
     message_id = messages.send(ctx.run, ctx.agent_id, to, ctx.args["content"], ctx.args.get("thread_id"), ctx.call.now)
@@ -183,7 +220,7 @@ DEPENDS_ON = Param("list", items=Param("str", max_length=64), max_items=defaults
     "idempotency_key": Param("str", max_length=200, description="the same key answers the task it created before"),
     "parent_task_id": Param("str", max_length=64, description="the task this one is derived from"),
     "derived_reason": Param("str", max_length=TEXT, description="why it was derived from its parent"),
-})
+}, writes=True)
 def create_task(ctx: ToolCall) -> dict[str, Any]:
     task_id, existing = board.create_task(ctx.run, ctx.agent_id, ctx.args, ctx.call.now)
     return {"task_id": task_id, **({"duplicate": True} if existing else {})}
@@ -195,14 +232,14 @@ def create_task(ctx: ToolCall) -> dict[str, Any]:
     "status": Param("str", choices=values(WorkStatus), description="the new status"),
     "assignee": Param("str", max_length=64, description="the new assignee"),
     "depends_on": DEPENDS_ON,
-})
+}, writes=True)
 def update_task(ctx: ToolCall) -> dict[str, Any]:
     task = board.update_task(ctx.run, ctx.args, ctx.call.now)
     return {"task_id": task.id, "status": task.status, "assignee": task.assignee}
 
 
 @tool("claim_task", "Claim a task atomically: only a todo task assigned to the caller or to nobody, whose "
-      "dependencies are done. Answers claimed, and the reason when not.", {"agent_id": AGENT_ID, "task_id": TASK_ID})
+      "dependencies are done. Answers claimed, and the reason when not.", {"agent_id": AGENT_ID, "task_id": TASK_ID}, writes=True)
 def claim_task(ctx: ToolCall) -> dict[str, Any]:
     claimed, reason = board.claim_task(ctx.run, ctx.agent_id, ctx.args["task_id"], ctx.call.now)
     return {"claimed": claimed, **({"reason": reason} if reason else {})}
@@ -225,7 +262,7 @@ def get_all_tasks(ctx: ToolCall) -> dict[str, Any]:
     "type": Param("str", required=True, choices=values(ArtifactType), description="what kind of artifact it is"),
     "content": Param("str", required=True, max_length=TEXT, description="text or a JSON string"),
     "task_id": Param("str", max_length=64, description="the task it belongs to"),
-})
+}, writes=True)
 def post_artifact(ctx: ToolCall) -> dict[str, Any]:
     artifact_id, replaced = artifacts.post(ctx.run, ctx.agent_id, ctx.args, ctx.call.now)
     return {"artifact_id": artifact_id, **({"replaced": True} if replaced else {})}
@@ -246,7 +283,7 @@ def get_artifact(ctx: ToolCall) -> dict[str, Any]:
     "agent_id": AGENT_ID,
     "artifact_id": Param("str", required=True, max_length=64, description="the artifact to review"),
     "reviewer": Param("str", required=True, max_length=64, description="the reviewing agent's id"),
-})
+}, writes=True)
 def request_review(ctx: ToolCall) -> dict[str, Any]:
     review_id = artifacts.request_review(ctx.run, ctx.agent_id, ctx.args["artifact_id"], ctx.args["reviewer"],
                                          ctx.call.now)
@@ -259,7 +296,7 @@ def request_review(ctx: ToolCall) -> dict[str, Any]:
     "status": Param("str", required=True, choices=(ReviewStatus.APPROVED.value, ReviewStatus.CHANGES_REQUESTED.value),
                     description="the verdict"),
     "comments": Param("str", max_length=TEXT, description="the reviewer's comments"),
-})
+}, writes=True)
 def submit_review(ctx: ToolCall) -> dict[str, Any]:
     review = artifacts.submit_review(ctx.run, ctx.agent_id, ctx.args["review_id"], ctx.args["status"],
                                      ctx.args.get("comments"), ctx.call.now)
@@ -274,25 +311,25 @@ MEMORY_OWNER = Param("str", max_length=64, description="the agent whose memory; 
 @tool("read_memory", "An agent's memory, or the project's (markdown; null when there is none).",
       {"agent_id": MEMORY_OWNER}, in_run=False)
 def read_memory(ctx: ToolCall) -> dict[str, Any]:
-    return {"content": memory.read(memory.memory_owner(ctx.agent))}
+    return {"content": memory.read(memory.memory_owner(ctx.agent), ctx.scope)}
 
 
 @tool("write_memory", "Replace the section `key` of an agent's memory (or the project's), or add it.", {
     "agent_id": MEMORY_OWNER,
     "key": Param("str", required=True, max_length=200, description='the section, e.g. "tech-stack"'),
     "content": Param("str", required=True, max_length=TEXT, description="the section's new text"),
-}, in_run=False)
+}, in_run=False, writes=True)
 def write_memory(ctx: ToolCall) -> dict[str, Any]:
-    memory.write_section(memory.memory_owner(ctx.agent), ctx.args["key"], ctx.args["content"], ctx.call.now)
+    memory.write_section(memory.memory_owner(ctx.agent), ctx.args["key"], ctx.args["content"], ctx.call.now, ctx.scope)
     return {}
 
 
 @tool("append_memory", "Add a dated entry to the agent's own memory.", {
     "agent_id": Param("str", required=True, max_length=64, description="the agent whose memory (required)"),
     "content": Param("str", required=True, max_length=TEXT, description="what to add"),
-}, in_run=False)
+}, in_run=False, writes=True)
 def append_memory(ctx: ToolCall) -> dict[str, Any]:
-    memory.append(memory.memory_owner(ctx.agent_id), ctx.args["content"], ctx.call.now)
+    memory.append(memory.memory_owner(ctx.agent_id), ctx.args["content"], ctx.call.now, ctx.scope)
     return {}
 
 
@@ -303,15 +340,16 @@ def append_memory(ctx: ToolCall) -> dict[str, Any]:
     "agent_id": AGENT_ID,
     "session_id": Param("str", required=True, max_length=40, description="the run, YYYY-MM-DD-NNN-XXXX"),
     "summary": Param("str", required=True, max_length=TEXT, description="the summary"),
-}, in_run=False)
+}, in_run=False, writes=True)
 def save_session_summary(ctx: ToolCall) -> dict[str, Any]:
-    records.save_summary(ctx.args["session_id"], ctx.agent_id, ctx.args["summary"], ctx.call.session_id, ctx.call.now)
+    run = ctx.act_in(runs.ensure_run(ctx.call, runs.checked_run_id(ctx.args["session_id"]), ctx.agent_id))
+    records.save_summary(run, ctx.agent_id, ctx.args["summary"], ctx.call.now)
     return {}
 
 
 @tool("list_sessions", "Team run ids, newest first.", {"agent_id": AGENT_ID}, in_run=False)
-def list_sessions(_ctx: ToolCall) -> dict[str, Any]:
-    return {"sessions": [run.id for run in runs.runs_newest_first()]}
+def list_sessions(ctx: ToolCall) -> dict[str, Any]:
+    return {"sessions": [run.id for run in runs.runs_newest_first(ctx.scope)]}
 
 
 @tool("get_session_summary", "A run's saved summary.", {
@@ -319,13 +357,13 @@ def list_sessions(_ctx: ToolCall) -> dict[str, Any]:
     "session_id": Param("str", required=True, max_length=40, description="the run"),
 }, in_run=False)
 def get_session_summary(ctx: ToolCall) -> dict[str, Any]:
-    return {"summary": records.summary_of(ctx.args["session_id"])}
+    return {"summary": records.summary_of(ctx.scope, ctx.args["session_id"])}
 
 
 @tool("save_orchestrator_state", "Save the orchestrator's event-loop state (a JSON string) for this run.", {
     "agent_id": AGENT_ID,
     "state": Param("str", required=True, max_length=TEXT, description="the state, serialised as JSON"),
-})
+}, writes=True)
 def save_orchestrator_state(ctx: ToolCall) -> dict[str, Any]:
     try:
         json.loads(ctx.args["state"])
@@ -350,6 +388,9 @@ def get_orchestrator_state(ctx: ToolCall) -> dict[str, Any]:
 def list_agents(ctx: ToolCall) -> dict[str, Any]:
     given = ctx.args.get("session_id")
     run_id = runs.checked_run_id(given) if given else runs.active_run(ctx.call, ctx.agent_id).id
+    if given and runs.run_by_id(run_id) is not None and runs.visible_run(ctx.scope, run_id) is None:
+        # Another team's run: as if there were none (a run not declared yet may have its file).
+        raise refuse(f'There is no team run "{run_id}" for this conversation. Nothing was read.')
     team = agents.team(ctx.call.runtime.config.data_dir, run_id)
     if team is None:
         if given:
@@ -375,7 +416,7 @@ def list_pool_agents(ctx: ToolCall) -> dict[str, Any]:
     "agent_id": AGENT_ID,
     "content": Param("str", required=True, max_length=defaults.TEAM_THOUGHT_MAX_CHARS,
                      description="what the agent is about to do or thinking"),
-})
+}, writes=True)
 def broadcast_thinking(ctx: ToolCall) -> dict[str, Any]:
     rt = ctx.call.runtime
     try:

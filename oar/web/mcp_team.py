@@ -2,7 +2,8 @@
 session token as `/mcp` is.
 
 The run a call acts in is the one the token's connection declared with `start_session`, or the
-one the request names in `Relay-Session-Id` (the stdio bridge's `RELAY_SESSION_ID`). The tools
+one the request names in `Relay-Session-Id` (the stdio bridge's `RELAY_SESSION_ID`); either
+must be a run of the calling conversation's team (oar.team.access). The tools
 never wait, so every call is answered within its request.
 """
 
@@ -14,7 +15,7 @@ from flask import Blueprint, request
 
 from oar.actions.context import CallContext
 from oar.core import ids
-from oar.team import tools
+from oar.team import access, tools
 from oar.team.runs import RUN_HEADER, TeamCall
 from oar.web import mcp_wire
 from oar.web.auth import bearer_token
@@ -27,8 +28,9 @@ blueprint = Blueprint("mcp_team", __name__)
 def run_team_tool(ctx: CallContext, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     token = bearer_token() or ""  # require_agent has accepted it before any call runs
     named = request.headers.get(RUN_HEADER, "").strip() or None
+    scope = access.scope_of(ctx.caller.id, shared=bool(ctx.settings["team_runs_shared"]))
     call = TeamCall(runtime=ctx.runtime, session_id=ctx.caller.id, token_hash=ids.hash_token(token),
-                    named_run=named, now=ctx.now)
+                    named_run=named, now=ctx.now, scope=scope)
     return tools.call(call, name, arguments)
 
 

@@ -86,7 +86,8 @@ class Owner(Client):
 
     def open_for_agents(self) -> None:
         """Agent sessions on and no rate limits: what every relay of the tests starts with."""
-        self.settings(agent_sessions_enabled=True, rate_calls_per_minute=0, rate_writes_per_minute=0)
+        self.settings(agent_sessions_enabled=True, rate_calls_per_minute=0, rate_writes_per_minute=0,
+                      team_calls_per_minute=0, team_writes_per_minute=0)
 
     def conversation(self, title: str = "desk", approvals: tuple[str, ...] = PRE_APPROVED, **fields: Any) -> Agent:
         """An owner's conversation and the agent that works in it, granted `approvals` ahead."""
