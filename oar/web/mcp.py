@@ -70,9 +70,10 @@ def add_endpoint(on: Blueprint, path: str, tools: ToolSet) -> None:
 
 def serve(tools: ToolSet) -> ResponseReturnValue:
     caller = require_agent()
-    # An MCP client holding an owner's conversation that never had a turn is that conversation's
-    # agent, outside the relay (docs/sessions.md#agents-outside-the-relay).
-    outside.recognise(caller)
+    if tools.recognises_outside:
+        # An MCP client holding an owner's conversation that never had a turn is that conversation's
+        # agent, outside the relay (docs/sessions.md#agents-outside-the-relay).
+        outside.recognise(caller)
     try:
         body = request.get_data(cache=False)
     except RequestEntityTooLarge:
@@ -165,6 +166,7 @@ RELAY_TOOLS = ToolSet(
     call=run_relay_tool,
     failed=lambda body: not body.get("ok", False),
     may_wait=relay_tool_may_wait,
+    recognises_outside=True,
     # The tool's earlier name, unlisted and still accepted.
     aliases={"remote_relay": "relay_tool"},
 )

@@ -69,6 +69,9 @@ class ToolSet:
     # thread of its own, and a client of the Tasks extension gets a task. Tools that never wait
     # answer within the request (and may read its headers).
     waits: bool = True
+    # Whether its clients are the agents of the conversations whose tokens they hold (`/mcp`): an owner's
+    # conversation that never had a turn is then recognised as one whose agent is outside the relay.
+    recognises_outside: bool = False
     # Which calls (tool name, arguments) a client of the Tasks extension gets as a task: the ones that may wait.
     may_wait: Callable[[str, dict[str, Any]], bool] = lambda _name, _arguments: True
 
