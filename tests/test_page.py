@@ -398,6 +398,30 @@ def test_the_provider_form_saves_discovers_models_and_never_shows_the_key(
     assert relay.owner.request("GET", "/api/v1/owner/providers/lab")[0] == 404
 
 
+def test_the_provider_form_keeps_a_cli_agents_secret_variables_without_showing_them(relay: Relay, owner: Browser) -> None:
+    key = "sk-ant-api03-" + "F" * 48
+    owner.get("/settings")
+    form = {"name": "coder", "kind": "cli", "command": "agent -p {prompt}"}
+    response = owner.post("/settings/providers", {**form, "environment": f"AGENT_PROFILE=review\r\nANTHROPIC_API_KEY={key}\r\n"})
+    assert response.status_code == 200 and 'Provider "coder" saved.' in html.unescape(response.text), response.text[:500]
+    edit = owner.get("/settings?edit=coder")
+    assert key not in edit.text
+    assert re.search(r'<textarea name="environment"[^>]*>AGENT_PROFILE=review\nANTHROPIC_API_KEY</textarea>', edit.text)
+    # The form sent back as shown, with a change: the name alone keeps the stored key.
+    owner.post("/settings/providers", {**form, "environment": "AGENT_PROFILE=build\nANTHROPIC_API_KEY"})
+    with database.connection_context():
+        assert ProviderRow.get_by_id("coder").options["environment"] == {"AGENT_PROFILE": "build", "ANTHROPIC_API_KEY": key}
+    # Refused: the form comes back without the typed secret, and nothing changed.
+    before = snapshot(relay)
+    typed = "sk-ant-api03-" + "T" * 48
+    response = owner.post("/settings/providers", {**form, "environment": f"ANTHROPIC_API_KEY={typed}\nTMPDIR=/tmp"})
+    assert response.status_code == 400 and "environment cannot set TMPDIR" in html.unescape(response.text)
+    assert typed not in response.text and "ANTHROPIC_API_KEY\nTMPDIR=/tmp</textarea>" in response.text
+    response = owner.post("/settings/providers", {**form, "environment": "MODE=a\nMODE=b"})
+    assert response.status_code == 400 and "environment names 'MODE' twice" in html.unescape(response.text)
+    assert snapshot(relay) == before
+
+
 def test_a_bad_provider_shows_the_form_again_without_the_key(relay: Relay, owner: Browser) -> None:
     owner.get("/settings")
     before = snapshot(relay)

@@ -8,9 +8,10 @@ Commands run as argument lists (`shlex.split`, no shell) unless the owner turned
 `shell_tasks_via_shell`; then the command is the single argument of `/bin/sh -c`, never
 concatenated with anything. The command runs in the sandbox (`oar.background.sandbox`,
 docs/tasks.md#the-sandbox), and is failed when none is available here, unless the owner turned
-on `tasks_without_sandbox`: then it runs as the worker's user with the worker's environment
-less the relay's own secrets (`OAR_*`, `DATABASE_URL`, `REDIS_URL`), which keeps the obvious
-ones out of sight and nothing more.
+on `tasks_without_sandbox`: then it runs as the worker's user with the few variables of the
+worker's environment that hold no secret (`PATH`, `HOME`, the locale, …; never `OAR_*`,
+`DATABASE_URL`, `REDIS_URL` or a provider's key), which keeps them out of sight and nothing more:
+such a task can read whatever the relay's user can.
 """
 
 from __future__ import annotations
@@ -32,16 +33,13 @@ import redis
 from oar.background import sandbox, tasks
 from oar.background.task_views import last_output_time
 from oar.core import events, keys
+from oar.core.config import environment_for_children
 from oar.core.db import release_connection, write_transaction
 from oar.core.models import Task
 from oar.core.runtime import Runtime
 from oar.core.signals import publish
 from oar.core.statuses import TaskStatus
 from oar.core.timeutil import utcnow
-
-# Environment variables a task's subprocess does not inherit from the worker.
-_PRIVATE_ENV_PREFIXES = ("OAR_",)
-_PRIVATE_ENV = ("DATABASE_URL", "REDIS_URL")
 
 
 def claim(task_id: str) -> Task | None:
@@ -59,11 +57,8 @@ def claim(task_id: str) -> Task | None:
 
 
 def subprocess_env() -> dict[str, str]:
-    return {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(_PRIVATE_ENV_PREFIXES) and key not in _PRIVATE_ENV
-    }
+    """A task's environment outside the sandbox: built, never inherited."""
+    return environment_for_children()
 
 
 def run(runtime: Runtime, task_id: str) -> str | None:
