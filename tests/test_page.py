@@ -317,6 +317,7 @@ def settings_form(**changes: str) -> dict[str, str]:
     form = {
         "agent_sessions_enabled": "on", "max_wait_seconds": "900", "max_turn_seconds": "1800",
         "quiet_after_minutes": "12", "rate_calls_per_minute": "0", "rate_writes_per_minute": "0",
+        "max_running_tasks_per_session": "3", "max_running_tasks": "12", "max_task_minutes": "90",
         "relay_name": "desk", "allowed_roots": "/tmp\n/srv",
     }
     form.update(changes)
@@ -330,6 +331,7 @@ def test_the_settings_form_saves_what_the_owner_api_shows(relay: Relay, owner: B
     saved = relay.owner.get("/api/v1/owner/settings")["settings"]
     assert saved == {**saved, "agent_sessions_enabled": True, "max_wait_seconds": 900, "max_turn_seconds": 1800,
                      "quiet_after_minutes": 12, "allow_shell_tasks": True, "accept_agent_prompts": False,
+                     "max_running_tasks_per_session": 3, "max_running_tasks": 12, "max_task_minutes": 90,
                      "allowed_roots": ["/tmp", "/srv"]}
     page = owner.get("/settings")
     assert 'name="max_wait_seconds" value="900"' in page.text
@@ -344,6 +346,8 @@ def test_the_settings_form_saves_what_the_owner_api_shows(relay: Relay, owner: B
         ({"max_turn_seconds": "soon"}, "max_turn_seconds must be a whole number"),
         ({"quiet_after_minutes": ""}, "quiet_after_minutes must be a whole number"),
         ({"relay_name": "   "}, "relay_name must be a name of 1 to 100 characters"),
+        ({"max_running_tasks": "0"}, "max_running_tasks must be a whole number from 1 to 200"),
+        ({"max_task_minutes": "²"}, "max_task_minutes must be a whole number"),
         ({"allowed_roots": "relative/path"}, '"relative/path" is not an absolute path'),
     ],
 )

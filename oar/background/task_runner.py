@@ -100,17 +100,34 @@ def run(runtime: Runtime, task_id: str) -> str | None:
             return tasks.finish(runtime, task.id, TaskStatus.FAILED, None, f"The command could not be started: {error}.")
     Task.update(pid=process.pid, heartbeat_at=utcnow()).where(Task.id == task.id).execute()
     release_connection()
-    killed = _watch(runtime, task, process)
+    minutes = values["max_task_minutes"]
+    ending = _watch(runtime, task, process, time.monotonic() + minutes * runtime.time("TASK_MINUTE_SECONDS"))
     code = process.returncode
-    if killed:
+    if ending == OVERTIME:
+        return tasks.finish(runtime, task.id, TaskStatus.FAILED, code, overtime_text(minutes))
+    if ending == STOPPED:
         status = TaskStatus.KILLED
     else:
         status = TaskStatus.COMPLETED if code == 0 else TaskStatus.FAILED
     return tasks.finish(runtime, task.id, status, code, None)
 
 
-def _watch(runtime: Runtime, task: Task, process: subprocess.Popen[bytes]) -> bool:
-    """Heartbeat, output time and stop requests until the process exits; True if it was killed."""
+# How a watched task ended other than by itself: asked to stop, or past its time limit.
+STOPPED = "stopped"
+OVERTIME = "overtime"
+
+
+def overtime_text(minutes: int) -> str:
+    limit = "1 minute" if minutes == 1 else f"{minutes:,} minutes"
+    return (
+        f"The task ran longer than the relay's limit of {limit} (owner setting max_task_minutes) and was ended: "
+        "its processes got SIGTERM, then SIGKILL."
+    )
+
+
+def _watch(runtime: Runtime, task: Task, process: subprocess.Popen[bytes], deadline: float) -> str | None:
+    """Heartbeat, output time, stop requests and the time limit (`deadline`, on the monotonic
+    clock) until the process exits: None when it exited by itself, else STOPPED or OVERTIME."""
     channel = keys.task_stop_channel(runtime.config.namespace, task.id)
     exited = threading.Event()
 
@@ -126,14 +143,16 @@ def _watch(runtime: Runtime, task: Task, process: subprocess.Popen[bytes]) -> bo
     next_heartbeat = time.monotonic() + heartbeat_every
     try:
         while not exited.is_set():
-            _wait(pubsub, exited, min(poll_every, heartbeat_every))
+            _wait(pubsub, exited, max(0.0, min(poll_every, heartbeat_every, deadline - time.monotonic())))
             if exited.is_set():
                 break
             row = Task.get_or_none(Task.id == task.id)
             if row is None or row.stop_requested or row.status != TaskStatus.RUNNING:
-                kill(process, runtime.time("TASK_KILL_GRACE_SECONDS"))
-                exited.wait(runtime.time("TASK_KILL_GRACE_SECONDS") + 5)
-                return True
+                _end(runtime, process, exited)
+                return STOPPED
+            if time.monotonic() >= deadline:
+                _end(runtime, process, exited)
+                return OVERTIME
             if time.monotonic() >= next_heartbeat:
                 _beat(runtime, row)
                 next_heartbeat = time.monotonic() + heartbeat_every
@@ -142,7 +161,12 @@ def _watch(runtime: Runtime, task: Task, process: subprocess.Popen[bytes]) -> bo
         if pubsub is not None:
             with contextlib.suppress(redis.RedisError):
                 pubsub.close()
-    return False
+    return None
+
+
+def _end(runtime: Runtime, process: subprocess.Popen[bytes], exited: threading.Event) -> None:
+    kill(process, runtime.time("TASK_KILL_GRACE_SECONDS"))
+    exited.wait(runtime.time("TASK_KILL_GRACE_SECONDS") + 5)
 
 
 def _beat(runtime: Runtime, task: Task) -> None:

@@ -47,7 +47,7 @@ LIVE = {
 SETTING_BOOLS = ("agent_sessions_enabled", "accept_agent_prompts", "allow_shell_tasks", "shell_tasks_via_shell",
                  "tasks_without_sandbox", "tasks_use_network")
 SETTING_INTS = ("max_wait_seconds", "max_turn_seconds", "quiet_after_minutes", "rate_calls_per_minute",
-                "rate_writes_per_minute")
+                "rate_writes_per_minute", "max_running_tasks_per_session", "max_running_tasks", "max_task_minutes")
 # Provider options the form does not show; editing a provider of the same kind keeps them.
 PROVIDER_KEPT_OPTIONS = ("family", "billing", "workspace", "dotted_model_ids", "resume_args", "output_format", "end_of_options")
 PROVIDER_KINDS_OFFERED = ("chat", "responses", "anthropic", "cli", "external", "echo")
