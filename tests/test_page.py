@@ -317,7 +317,9 @@ def settings_form(**changes: str) -> dict[str, str]:
     form = {
         "agent_sessions_enabled": "on", "max_wait_seconds": "900", "max_turn_seconds": "1800",
         "quiet_after_minutes": "12", "rate_calls_per_minute": "0", "rate_writes_per_minute": "0",
-        "team_calls_per_minute": "0", "team_writes_per_minute": "0", "relay_name": "desk", "allowed_roots": "/tmp\n/srv",
+        "team_calls_per_minute": "0", "team_writes_per_minute": "0",
+        "max_running_tasks_per_session": "3", "max_running_tasks": "12", "max_task_minutes": "90",
+        "relay_name": "desk", "allowed_roots": "/tmp\n/srv",
     }
     form.update(changes)
     return {key: value for key, value in form.items() if value is not None}
@@ -332,7 +334,8 @@ def test_the_settings_form_saves_what_the_owner_api_shows(relay: Relay, owner: B
     assert saved == {**saved, "agent_sessions_enabled": True, "max_wait_seconds": 900, "max_turn_seconds": 1800,
                      "quiet_after_minutes": 12, "allow_shell_tasks": True, "accept_agent_prompts": False,
                      "allowed_roots": ["/tmp", "/srv"], "team_runs_shared": True, "team_calls_per_minute": 0,
-                     "team_writes_per_minute": 30}
+                     "team_writes_per_minute": 30,
+                     "max_running_tasks_per_session": 3, "max_running_tasks": 12, "max_task_minutes": 90}
     page = owner.get("/settings")
     assert 'name="max_wait_seconds" value="900"' in page.text
     assert "Agents may start and use sessions on this relay" in page.text
@@ -346,6 +349,8 @@ def test_the_settings_form_saves_what_the_owner_api_shows(relay: Relay, owner: B
         ({"max_turn_seconds": "soon"}, "max_turn_seconds must be a whole number"),
         ({"quiet_after_minutes": ""}, "quiet_after_minutes must be a whole number"),
         ({"relay_name": "   "}, "relay_name must be a name of 1 to 100 characters"),
+        ({"max_running_tasks": "0"}, "max_running_tasks must be a whole number from 1 to 200"),
+        ({"max_task_minutes": "²"}, "max_task_minutes must be a whole number"),
         ({"allowed_roots": "relative/path"}, '"relative/path" is not an absolute path'),
     ],
 )
@@ -398,6 +403,30 @@ def test_the_provider_form_saves_discovers_models_and_never_shows_the_key(
     deleted = owner.post("/settings/providers/lab/delete")
     assert 'Provider "lab" deleted.' in html.unescape(deleted.text)
     assert relay.owner.request("GET", "/api/v1/owner/providers/lab")[0] == 404
+
+
+def test_the_provider_form_keeps_a_cli_agents_secret_variables_without_showing_them(relay: Relay, owner: Browser) -> None:
+    key = "sk-ant-api03-" + "F" * 48
+    owner.get("/settings")
+    form = {"name": "coder", "kind": "cli", "command": "agent -p {prompt}"}
+    response = owner.post("/settings/providers", {**form, "environment": f"AGENT_PROFILE=review\r\nANTHROPIC_API_KEY={key}\r\n"})
+    assert response.status_code == 200 and 'Provider "coder" saved.' in html.unescape(response.text), response.text[:500]
+    edit = owner.get("/settings?edit=coder")
+    assert key not in edit.text
+    assert re.search(r'<textarea name="environment"[^>]*>AGENT_PROFILE=review\nANTHROPIC_API_KEY</textarea>', edit.text)
+    # The form sent back as shown, with a change: the name alone keeps the stored key.
+    owner.post("/settings/providers", {**form, "environment": "AGENT_PROFILE=build\nANTHROPIC_API_KEY"})
+    with database.connection_context():
+        assert ProviderRow.get_by_id("coder").options["environment"] == {"AGENT_PROFILE": "build", "ANTHROPIC_API_KEY": key}
+    # Refused: the form comes back without the typed secret, and nothing changed.
+    before = snapshot(relay)
+    typed = "sk-ant-api03-" + "T" * 48
+    response = owner.post("/settings/providers", {**form, "environment": f"ANTHROPIC_API_KEY={typed}\nTMPDIR=/tmp"})
+    assert response.status_code == 400 and "environment cannot set TMPDIR" in html.unescape(response.text)
+    assert typed not in response.text and "ANTHROPIC_API_KEY\nTMPDIR=/tmp</textarea>" in response.text
+    response = owner.post("/settings/providers", {**form, "environment": "MODE=a\nMODE=b"})
+    assert response.status_code == 400 and "environment names 'MODE' twice" in html.unescape(response.text)
+    assert snapshot(relay) == before
 
 
 def test_a_bad_provider_shows_the_form_again_without_the_key(relay: Relay, owner: Browser) -> None:

@@ -8,9 +8,10 @@ Commands run as argument lists (`shlex.split`, no shell) unless the owner turned
 `shell_tasks_via_shell`; then the command is the single argument of `/bin/sh -c`, never
 concatenated with anything. The command runs in the sandbox (`oar.background.sandbox`,
 docs/tasks.md#the-sandbox), and is failed when none is available here, unless the owner turned
-on `tasks_without_sandbox`: then it runs as the worker's user with the worker's environment
-less the relay's own secrets (`OAR_*`, `DATABASE_URL`, `REDIS_URL`), which keeps the obvious
-ones out of sight and nothing more.
+on `tasks_without_sandbox`: then it runs as the worker's user with the few variables of the
+worker's environment that hold no secret (`PATH`, `HOME`, the locale, …; never `OAR_*`,
+`DATABASE_URL`, `REDIS_URL` or a provider's key), which keeps them out of sight and nothing more:
+such a task can read whatever the relay's user can.
 """
 
 from __future__ import annotations
@@ -32,16 +33,13 @@ import redis
 from oar.background import sandbox, tasks
 from oar.background.task_views import last_output_time
 from oar.core import events, keys
+from oar.core.config import environment_for_children
 from oar.core.db import release_connection, write_transaction
 from oar.core.models import Task
 from oar.core.runtime import Runtime
 from oar.core.signals import publish
 from oar.core.statuses import TaskStatus
 from oar.core.timeutil import utcnow
-
-# Environment variables a task's subprocess does not inherit from the worker.
-_PRIVATE_ENV_PREFIXES = ("OAR_",)
-_PRIVATE_ENV = ("DATABASE_URL", "REDIS_URL")
 
 
 def claim(task_id: str) -> Task | None:
@@ -59,11 +57,8 @@ def claim(task_id: str) -> Task | None:
 
 
 def subprocess_env() -> dict[str, str]:
-    return {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(_PRIVATE_ENV_PREFIXES) and key not in _PRIVATE_ENV
-    }
+    """A task's environment outside the sandbox: built, never inherited."""
+    return environment_for_children()
 
 
 def run(runtime: Runtime, task_id: str) -> str | None:
@@ -105,17 +100,34 @@ def run(runtime: Runtime, task_id: str) -> str | None:
             return tasks.finish(runtime, task.id, TaskStatus.FAILED, None, f"The command could not be started: {error}.")
     Task.update(pid=process.pid, heartbeat_at=utcnow()).where(Task.id == task.id).execute()
     release_connection()
-    killed = _watch(runtime, task, process)
+    minutes = values["max_task_minutes"]
+    ending = _watch(runtime, task, process, time.monotonic() + minutes * runtime.time("TASK_MINUTE_SECONDS"))
     code = process.returncode
-    if killed:
+    if ending == OVERTIME:
+        return tasks.finish(runtime, task.id, TaskStatus.FAILED, code, overtime_text(minutes))
+    if ending == STOPPED:
         status = TaskStatus.KILLED
     else:
         status = TaskStatus.COMPLETED if code == 0 else TaskStatus.FAILED
     return tasks.finish(runtime, task.id, status, code, None)
 
 
-def _watch(runtime: Runtime, task: Task, process: subprocess.Popen[bytes]) -> bool:
-    """Heartbeat, output time and stop requests until the process exits; True if it was killed."""
+# How a watched task ended other than by itself: asked to stop, or past its time limit.
+STOPPED = "stopped"
+OVERTIME = "overtime"
+
+
+def overtime_text(minutes: int) -> str:
+    limit = "1 minute" if minutes == 1 else f"{minutes:,} minutes"
+    return (
+        f"The task ran longer than the relay's limit of {limit} (owner setting max_task_minutes) and was ended: "
+        "its processes got SIGTERM, then SIGKILL."
+    )
+
+
+def _watch(runtime: Runtime, task: Task, process: subprocess.Popen[bytes], deadline: float) -> str | None:
+    """Heartbeat, output time, stop requests and the time limit (`deadline`, on the monotonic
+    clock) until the process exits: None when it exited by itself, else STOPPED or OVERTIME."""
     channel = keys.task_stop_channel(runtime.config.namespace, task.id)
     exited = threading.Event()
 
@@ -131,14 +143,16 @@ def _watch(runtime: Runtime, task: Task, process: subprocess.Popen[bytes]) -> bo
     next_heartbeat = time.monotonic() + heartbeat_every
     try:
         while not exited.is_set():
-            _wait(pubsub, exited, min(poll_every, heartbeat_every))
+            _wait(pubsub, exited, max(0.0, min(poll_every, heartbeat_every, deadline - time.monotonic())))
             if exited.is_set():
                 break
             row = Task.get_or_none(Task.id == task.id)
             if row is None or row.stop_requested or row.status != TaskStatus.RUNNING:
-                kill(process, runtime.time("TASK_KILL_GRACE_SECONDS"))
-                exited.wait(runtime.time("TASK_KILL_GRACE_SECONDS") + 5)
-                return True
+                _end(runtime, process, exited)
+                return STOPPED
+            if time.monotonic() >= deadline:
+                _end(runtime, process, exited)
+                return OVERTIME
             if time.monotonic() >= next_heartbeat:
                 _beat(runtime, row)
                 next_heartbeat = time.monotonic() + heartbeat_every
@@ -147,7 +161,12 @@ def _watch(runtime: Runtime, task: Task, process: subprocess.Popen[bytes]) -> bo
         if pubsub is not None:
             with contextlib.suppress(redis.RedisError):
                 pubsub.close()
-    return False
+    return None
+
+
+def _end(runtime: Runtime, process: subprocess.Popen[bytes], exited: threading.Event) -> None:
+    kill(process, runtime.time("TASK_KILL_GRACE_SECONDS"))
+    exited.wait(runtime.time("TASK_KILL_GRACE_SECONDS") + 5)
 
 
 def _beat(runtime: Runtime, task: Task) -> None:

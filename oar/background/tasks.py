@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from oar.background import output_files, sandbox
+from oar.background import output_files, sandbox, task_caps
 from oar.core import events, jobs, keys, settings
 from oar.core.db import release_connection, write_transaction
 from oar.core.errors import ActionError, invalid, not_found
@@ -106,6 +106,7 @@ def start(
     task_id = new_id()
     now = utcnow()
     with write_transaction():
+        task_caps.refuse_over_caps(session.id, values)
         task = Task.create(
             id=task_id,
             session=session.id,
@@ -164,7 +165,10 @@ def end_reported(runtime: Runtime, task_id: str, status: str, note: str | None =
 
 
 def enqueue(runtime: Runtime, task_id: str) -> None:
-    """Ask a worker to run the task; if Redis is down the reconciler enqueues it later."""
+    """Ask a worker to run the task; if Redis is down the reconciler enqueues it later.
+
+    No RQ timeout: the runner ends a task at `max_task_minutes` itself. RQ's would interrupt the
+    job's thread and leave the task's process running, its row `running`."""
     try:
         runtime.queue.enqueue(jobs.RUN_TASK, task_id, job_timeout=-1, result_ttl=0, failure_ttl=86_400)
     except Exception as error:  # noqa: BLE001 - any Redis failure leaves it to the reconciler

@@ -29,6 +29,7 @@ TUNABLE_TIMES = (
     "TASK_STALE_SECONDS",
     "TASK_KILL_GRACE_SECONDS",
     "TASK_OUTPUT_KEEP_SECONDS",
+    "TASK_MINUTE_SECONDS",
     "SCHEDULE_HOLD_RECHECK_SECONDS",
     "SCHEDULE_ENDED_LISTED_SECONDS",
     "SCHEDULE_MINUTE_SECONDS",
@@ -71,6 +72,21 @@ TUNABLE_TIMES = (
     "NOTIFY_SEND_LEASE_SECONDS",
     "NOTIFY_SEND_TIMEOUT_SECONDS",
 )
+
+
+# What a program the relay starts for an agent (an agent's CLI, a task outside the sandbox) gets
+# of the relay's own environment: where programs are, who and where the user is, the locale and
+# the terminal. No secret lives in these; the relay's settings and keys (OAR_*, DATABASE_URL,
+# REDIS_URL, provider keys) never pass (docs/providers.md#the-agents-environment).
+KEPT_FOR_CHILDREN = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR")
+KEPT_FOR_CHILDREN_PREFIXES = ("LC_",)
+
+
+def environment_for_children(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables of the relay's environment (`environ`: os.environ by default) that a program
+    it starts for an agent may see: `KEPT_FOR_CHILDREN`, and `LC_*`."""
+    env = os.environ if environ is None else environ
+    return {name: value for name, value in env.items() if name in KEPT_FOR_CHILDREN or name.startswith(KEPT_FOR_CHILDREN_PREFIXES)}
 
 
 # An owner token set in the environment must be at least this long and hold at least this

@@ -153,6 +153,17 @@ TASK_STALE_SECONDS = 30
 TASK_KILL_GRACE_SECONDS = 5
 # A task's output stays readable this long after it ends; then its file is removed.
 TASK_OUTPUT_KEEP_SECONDS = 3600
+# Relay-run tasks running at once (docs/tasks.md#how-many-and-how-long): per session (owner setting
+# `max_running_tasks_per_session`) and on the whole relay (`max_running_tasks`); one more is refused.
+MAX_RUNNING_TASKS_PER_SESSION = 4
+MAX_RUNNING_TASKS_PER_SESSION_RANGE = (1, 100)
+MAX_RUNNING_TASKS = 16
+MAX_RUNNING_TASKS_RANGE = (1, 200)
+# A task running longer is ended and failed (owner setting `max_task_minutes`, 1 minute to 7 days).
+MAX_TASK_MINUTES = 60
+MAX_TASK_MINUTES_RANGE = (1, 10_080)
+# The length of a minute in `max_task_minutes` (60 by contract; shorten only for tests and demos).
+TASK_MINUTE_SECONDS = 60
 # read_task_output `lines`.
 TASK_OUTPUT_LINES_DEFAULT = 50
 TASK_OUTPUT_LINES_MAX = 500

@@ -68,6 +68,18 @@ FIELDS: dict[str, Param] = {
     ),
     "max_turn_seconds": Param("int", minimum=60, maximum=86_400, description="a turn's own time limit"),
     "quiet_after_minutes": Param("int", minimum=1, maximum=1440, description="task health's quiet threshold"),
+    "max_running_tasks_per_session": Param(
+        "int", minimum=defaults.MAX_RUNNING_TASKS_PER_SESSION_RANGE[0], maximum=defaults.MAX_RUNNING_TASKS_PER_SESSION_RANGE[1],
+        description="background tasks one session runs at once (docs/tasks.md#how-many-and-how-long)",
+    ),
+    "max_running_tasks": Param(
+        "int", minimum=defaults.MAX_RUNNING_TASKS_RANGE[0], maximum=defaults.MAX_RUNNING_TASKS_RANGE[1],
+        description="background tasks the relay runs at once",
+    ),
+    "max_task_minutes": Param(
+        "int", minimum=defaults.MAX_TASK_MINUTES_RANGE[0], maximum=defaults.MAX_TASK_MINUTES_RANGE[1],
+        description="a background task running longer is ended and failed",
+    ),
     "accept_agent_prompts": Param("bool", description="accept prompts from other relays' agents"),
     "allow_shell_tasks": Param("bool", description="sessions may run background commands"),
     "shell_tasks_via_shell": Param("bool", description="run task commands with /bin/sh -c"),
@@ -199,6 +211,9 @@ def default_settings(config: Config) -> dict[str, Any]:
         "max_wait_seconds": defaults.MAX_WAIT_SECONDS,
         "max_turn_seconds": defaults.MAX_TURN_SECONDS,
         "quiet_after_minutes": defaults.QUIET_AFTER_MINUTES,
+        "max_running_tasks_per_session": defaults.MAX_RUNNING_TASKS_PER_SESSION,
+        "max_running_tasks": defaults.MAX_RUNNING_TASKS,
+        "max_task_minutes": defaults.MAX_TASK_MINUTES,
         "accept_agent_prompts": False,
         "allow_shell_tasks": False,
         # Tasks run as argument lists (shlex.split); True runs `/bin/sh -c <command>`.

@@ -20,6 +20,7 @@ from oar.core import keys
 from oar.core.db import release_connection
 from oar.core.fields import storable
 from oar.core.models import Message, Session
+from oar.core.ratelimit import refuse_over_limit
 from oar.core.runtime import Runtime
 from oar.core.statuses import TaskStatus
 from oar.openclaw import tools as openclaw_tools
@@ -29,8 +30,10 @@ log = logging.getLogger(__name__)
 
 
 def start_task(runtime: Runtime, session_id: str, turn_id: str, command: str) -> str:
-    """A background task the turn starts; it runs in its own job and outlives the turn."""
+    """A background task the turn starts; it runs in its own job and outlives the turn. A write of
+    the conversation, limited as its other task starts are (docs/rules.md#rate-limits)."""
     try:
+        refuse_over_limit(runtime, session_id, is_write=True, nothing="Nothing was run.")
         return tasks.start(runtime, Session.get_by_id(session_id), command, turn_id=turn_id).id
     finally:
         release_connection()

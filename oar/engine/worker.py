@@ -5,6 +5,11 @@ A turn mostly waits — on a model's stream, or on another session's reply when 
 prompts a session and waits inside its own turn — so a thread per turn lets one process
 run many turns, and a turn that waits on another never starves the turn it waits for of a
 worker.
+
+A background task's job runs for as long as its command does, so it never takes one of those
+threads: it runs in a thread beside them, and however many tasks run, a turn still finds its
+thread. How many tasks run is bounded by the owner's caps on running tasks, checked when a task
+starts (docs/tasks.md#how-many-and-how-long), not here.
 """
 
 from __future__ import annotations
@@ -52,15 +57,19 @@ class ThreadedWorker(SimpleWorker):
         self._running_lock = threading.Lock()
 
     def execute_job(self, job: Job, queue: Queue) -> None:
-        # Blocks the dequeue loop while every thread is busy: the job waits in Redis.
-        self._slots.acquire()
+        takes_a_slot = job.func_name != jobs.RUN_TASK
+        if takes_a_slot:
+            # Blocks the dequeue loop while every thread is busy: the job waits in Redis.
+            self._slots.acquire()
         execution = self.prepare_execution(job)
-        thread = threading.Thread(target=self._perform, args=(job, queue, execution), name=f"rq-{job.id}", daemon=True)
+        thread = threading.Thread(
+            target=self._perform, args=(job, queue, execution, takes_a_slot), name=f"rq-{job.id}", daemon=True,
+        )
         with self._running_lock:
             self._running.add(thread)
         thread.start()
 
-    def _perform(self, job: Job, queue: Queue, execution: Any) -> None:
+    def _perform(self, job: Job, queue: Queue, execution: Any, took_a_slot: bool) -> None:
         try:
             self.perform_job(job, queue, execution)
         except Exception:
@@ -68,7 +77,8 @@ class ThreadedWorker(SimpleWorker):
         finally:
             with self._running_lock:
                 self._running.discard(threading.current_thread())
-            self._slots.release()
+            if took_a_slot:
+                self._slots.release()
 
     def teardown(self) -> None:
         with self._running_lock:

@@ -1,17 +1,36 @@
 """The owner's providers: listing, reading, saving and deleting their configuration (docs/owner-api.md).
 
-A provider's API key is write-only: the views say whether one is set, never what it is.
+A provider's API key is write-only: the views say whether one is set, never what it is. So is
+a cli provider's environment variable whose name says secret or whose value looks like a
+credential: the views show its name with null (docs/providers.md#the-agents-environment).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from oar import providers
+from oar.background import masking
 from oar.core.errors import not_found
 from oar.core.models import Provider as ProviderRow
 from oar.core.runtime import Runtime
 from oar.providers import settings as provider_settings
+
+# Names of environment variables whose values are write-only: keys, tokens, passwords and the like
+# (`AUTH` but not `AUTHOR`: GIT_AUTHOR_NAME is no secret).
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH(?!OR)|PRIVATE|COOKIE|SESSION|SIGNATURE", re.I)
+
+
+def is_secret_variable(name: str, value: str) -> bool:
+    """Whether an environment value is write-only: its name says secret, or masking finds a
+    credential in it (a password in a URL, a provider key under any name)."""
+    return bool(SECRET_NAME.search(name)) or masking.mask(value) != value
+
+
+def shown_environment(environment: dict[str, str]) -> dict[str, str | None]:
+    """A cli provider's environment as the views show it: a secret's value is null."""
+    return {name: None if is_secret_variable(name, value) else value for name, value in environment.items()}
 
 
 def provider_view(provider: providers.Provider) -> dict[str, Any]:
@@ -30,6 +49,7 @@ def provider_view(provider: providers.Provider) -> dict[str, Any]:
         "billing": options.get("billing"),
         "dottedModelIds": provider.dotted_model_ids,
         "apiKeySet": provider.has_api_key,
+        "environment": shown_environment(options.get("environment") or {}),
     }
 
 

@@ -27,6 +27,11 @@ description, task_type?, output_file?}`; a `system` line `{subtype: "task_notifi
 task_id, status: completed|failed|stopped, summary?, output_file?}` reports its end. An
 output file is taken only from those structured fields, never from a tool result's text,
 and the relay reads it only inside its own folder (docs/tasks.md#agent-output-files).
+
+The agent's environment is built, never inherited (docs/providers.md#the-agents-environment):
+the few variables a program needs to run as the relay's user, then the provider's own
+`environment` as the owner configured it. Nothing else of the relay's reaches it: not its
+settings and secrets (`OAR_*`, `DATABASE_URL`, `REDIS_URL`), not another provider's key.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from oar.core.config import environment_for_children
 from oar.providers.base import (
     Activity,
     AgentSession,
@@ -243,9 +249,7 @@ class CliProvider(Provider):
         except Refused as refused:
             yield TurnFailed(f'Provider "{self.name}": {refused.message}')
             return
-        environment = dict(os.environ)
-        if request.task_output_dir:
-            environment.update(dict.fromkeys(TMPDIR_VARIABLES, request.task_output_dir))
+        environment = agent_environment(self.options.get("environment") or {}, request.task_output_dir)
         try:
             process = subprocess.Popen(
                 arguments, cwd=request.cwd or None, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -280,6 +284,16 @@ class CliProvider(Provider):
         elif code != 0:
             tail = " ".join("".join(stderr).split())[-500:]
             yield TurnFailed(f"The {self.name} agent exited with status {code}" + (f": {tail}" if tail else "."))
+
+
+def agent_environment(configured: dict[str, str], task_output_dir: str | None) -> dict[str, str]:
+    """The environment an agent's process starts with: the few variables of the relay's own that
+    hold no secret, then the provider's configured ones, then the session's temporary folder."""
+    environment = environment_for_children()
+    environment.update(configured)
+    if task_output_dir:
+        environment.update(dict.fromkeys(TMPDIR_VARIABLES, task_output_dir))
+    return environment
 
 
 def _stop_when_cancelled(process: subprocess.Popen[str], control: TurnControl) -> None:

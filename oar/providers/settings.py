@@ -2,6 +2,8 @@
 
 `api_key` is write-only: it is stored, never returned, logged or quoted in an error. A PUT
 without `api_key` keeps the stored key, since no client can send back what it never sees.
+A cli provider's `environment` holds the variables its agent gets (docs/providers.md#the-agents-environment);
+the views hide the values that look like secrets, so a variable given as null keeps its stored value.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from oar.core.errors import invalid
 from oar.core.fields import Param, check_fields
 from oar.core.models import Provider as ProviderRow
 from oar.providers import PROVIDER_KINDS, note_reachable
+from oar.providers.cli import TMPDIR_VARIABLES
 from oar.providers.discovery import DISCOVERABLE_KINDS, discover_models
 
 NOTHING = "Nothing was changed."
@@ -32,6 +35,10 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 SPEC_KINDS = ("echo", "chat", "responses", "anthropic", "runs", "cli", "external")
 NEEDS_BASE_URL = ("chat", "responses", "anthropic", "runs")
 MAX_MODELS = 500
+# A cli provider's environment: how many variables, a name's shape, a value's length.
+MAX_ENVIRONMENT = 50
+ENVIRONMENT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+MAX_ENVIRONMENT_VALUE = 10_000
 
 FIELDS = {
     "kind": Param("str", required=True, choices=SPEC_KINDS),
@@ -55,9 +62,13 @@ FIELDS = {
     "end_of_options": Param(
         "bool", description="cli: put the prompt last, after --, so it never reads as an option (default true)",
     ),
+    "environment": Param(
+        "object", description="cli: variables the agent's process gets, {NAME: value}; null keeps a stored value "
+        "the views hide (the agent gets nothing else of the relay's environment but PATH, HOME, the locale and a few more)",
+    ),
 }
 # Fields only a cli provider takes (docs/providers.md#cli).
-CLI_FIELDS = ("command", "resume_args", "output_format", "end_of_options")
+CLI_FIELDS = ("command", "resume_args", "output_format", "end_of_options", "environment")
 
 
 def check(name: str, payload: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
@@ -83,6 +94,8 @@ def check(name: str, payload: dict[str, Any]) -> tuple[str, dict[str, Any], str 
     for key in ("command", "resume_args"):
         if key in options:
             options[key] = _checked_arguments(key, options[key])
+    if "environment" in options:
+        options["environment"] = _checked_environment(options["environment"])
     if kind == "cli" and "command" not in options:
         raise invalid(f'A cli provider needs command, an argument list such as ["agent", "-p", "{{prompt}}"]. {NOTHING}')
     for key in ("models", "efforts"):
@@ -131,6 +144,48 @@ def _checked_arguments(key: str, values: list[Any]) -> list[str]:
     return list(values)
 
 
+def _checked_environment(values: dict[str, Any]) -> dict[str, str | None]:
+    """{NAME: value}: names as a shell writes them, values text without NUL (an environment
+    cannot hold one); None for a stored value to keep (resolved by `save`)."""
+    if len(values) > MAX_ENVIRONMENT:
+        raise invalid(f"provider: environment holds {len(values)} variables; the limit is {MAX_ENVIRONMENT}. {NOTHING}")
+    for name, value in values.items():
+        if not ENVIRONMENT_NAME.fullmatch(name):
+            raise invalid(
+                f"provider: environment variable names are 1–128 letters, digits or _, not starting with a digit; "
+                f"got {name[:64]!r}. {NOTHING}"
+            )
+        if name in TMPDIR_VARIABLES:
+            raise invalid(
+                f"provider: environment cannot set {name}: the relay sets it to the session's own temporary folder "
+                f"(docs/tasks.md#agent-output-files). {NOTHING}"
+            )
+        if value is not None and (not isinstance(value, str) or len(value) > MAX_ENVIRONMENT_VALUE or "\0" in value):
+            raise invalid(
+                f"provider: environment {name} must be text of at most {MAX_ENVIRONMENT_VALUE:,} characters without NUL, "
+                f"or null to keep its stored value. {NOTHING}"
+            )
+    return dict(values)
+
+
+def _kept_environment(name: str, given: dict[str, str | None], existing: ProviderRow | None) -> dict[str, str]:
+    """The environment to store: a variable given as null keeps the value stored under its name."""
+    stored: dict[str, str] = {}
+    if existing is not None and existing.kind == "cli":
+        stored = (existing.options or {}).get("environment") or {}
+    environment: dict[str, str] = {}
+    for variable, value in given.items():
+        if value is None:
+            if variable not in stored:
+                raise invalid(
+                    f'provider: environment {variable} is null, but "{name}" has no stored value for it to keep; '
+                    f"give its value. {NOTHING}"
+                )
+            value = stored[variable]
+        environment[variable] = value
+    return environment
+
+
 def _checked_ids(key: str, values: list[Any]) -> list[str]:
     if len(values) > MAX_MODELS:
         raise invalid(f"provider: {key} lists {len(values)} entries; the limit is {MAX_MODELS}. {NOTHING}")
@@ -147,6 +202,8 @@ def save(name: str, payload: dict[str, Any]) -> tuple[ProviderRow, str | None]:
     """Create or replace a provider; returns the row and a note when models were not discovered."""
     kind, options, api_key = check(name, payload)
     existing = ProviderRow.get_or_none(ProviderRow.name == name)
+    if "environment" in options:
+        options["environment"] = _kept_environment(name, options["environment"], existing)
     if api_key is None and existing is not None and existing.api_key:
         # The key is write-only; sending it to a new host would let whoever may change the URL
         # read it there (docs/providers.md#api-keys).

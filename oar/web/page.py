@@ -31,7 +31,7 @@ from oar.core.fields import unstorable_text
 from oar.core.models import Provider as ProviderRow
 from oar.owner import conversations, inbox, providers, relays, schedules, settings, signins, subscriptions
 from oar.sessions import sessions
-from oar.web import page_auth, page_filters, page_views, runtime
+from oar.web import page_auth, page_environment, page_filters, page_views, runtime
 from oar.web.auth import is_owner_token
 
 blueprint = Blueprint("page", __name__)
@@ -47,7 +47,8 @@ LIVE = {
 SETTING_BOOLS = ("agent_sessions_enabled", "accept_agent_prompts", "allow_shell_tasks", "shell_tasks_via_shell",
                  "tasks_without_sandbox", "tasks_use_network", "team_runs_shared")
 SETTING_INTS = ("max_wait_seconds", "max_turn_seconds", "quiet_after_minutes", "rate_calls_per_minute",
-                "rate_writes_per_minute", "team_calls_per_minute", "team_writes_per_minute")
+                "rate_writes_per_minute", "team_calls_per_minute", "team_writes_per_minute",
+                "max_running_tasks_per_session", "max_running_tasks", "max_task_minutes")
 # Provider options the form does not show; editing a provider of the same kind keeps them.
 PROVIDER_KEPT_OPTIONS = ("family", "billing", "workspace", "dotted_model_ids", "resume_args", "output_format", "end_of_options")
 PROVIDER_KINDS_OFFERED = ("chat", "responses", "anthropic", "cli", "external", "echo")
@@ -380,6 +381,7 @@ def provider_form_values(row: ProviderRow) -> dict[str, Any]:
         "efforts": ", ".join(options.get("efforts") or []),
         "monthly_token_cap": options.get("monthly_token_cap") or "",
         "command": shlex.join(options.get("command") or []),
+        "environment": page_environment.lines(options.get("environment") or {}),
         "editing": True,
     }
 
@@ -392,6 +394,7 @@ def comma_list(text: str) -> list[str]:
 def save_provider() -> ResponseReturnValue:
     shown = {key: form_text(key).strip() for key in
              ("name", "kind", "base_url", "models", "default_model", "efforts", "monthly_token_cap", "command")}
+    shown["environment"] = form_text("environment")
     name = shown["name"]
     try:
         fields: dict[str, Any] = {
@@ -402,6 +405,7 @@ def save_provider() -> ResponseReturnValue:
             "default_model": shown["default_model"],
             "efforts": comma_list(shown["efforts"]),
             "monthly_token_cap": whole_number(shown["monthly_token_cap"]) if shown["monthly_token_cap"] else None,
+            "environment": page_environment.parsed(shown["environment"]),
         }
         if shown["command"]:
             try:
@@ -417,6 +421,8 @@ def save_provider() -> ResponseReturnValue:
             raise invalid("provider: give the provider a name. Nothing was changed.")
         row, note = providers.save_provider(runtime(), name, payload_of(fields))
     except ActionError as error:
+        # Typed secrets are not shown back, as a typed API key is not: their lines keep the name.
+        shown["environment"] = page_environment.without_secret_values(shown["environment"])
         return settings_page(400, provider_values=shown, provider_error=error.message)
     models = ", ".join((row.options or {}).get("models") or []) or "none listed"
     flash(f'Provider "{row.name}" saved. Models: {models}.' + (f" {note}" if note else ""), "ok")

@@ -16,6 +16,7 @@ and a `user` tool_result naming the task's id and the file (written in the tempo
 folder the relay gives it); `#background-done` also reports the task's end with a `system`
 `task_notification`. `#report-file=<path>` reports a task whose output file is `<path>`,
 `#report-link=<path>` one whose output file is a symlink to `<path>` in the temporary folder.
+`#environment` replies `environment {…}`: its whole environment as one JSON object.
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ def main() -> int:
     text = f"cli: {prompt} in {os.getcwd()}" + (f" resumed {resumed}" if resumed else "")
     if args.dangerously_skip_permissions:
         text += " SKIPPING PERMISSIONS"
+    if "#environment" in prompt:
+        text = "environment " + json.dumps(dict(os.environ), sort_keys=True)
     emit({"type": "assistant", "message": {"content": [
         {"type": "text", "text": text},
         {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}},
