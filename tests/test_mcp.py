@@ -310,7 +310,7 @@ def test_a_card_wait_and_the_reply_wait_share_one_mcp_cap(relay: Relay) -> None:
 
     async def create(session: ClientSession) -> dict[str, Any]:
         return relay_json(await session.call_tool(
-            "relay_tool", {"action": "create_session", "relay": "this", "text": "x", "wait_seconds": 600}))
+            "relay_tool", {"action": "create_session", "relay": "this", "text": f"!sleep {MCP_CAP + 5}", "wait_seconds": 600}))
 
     answer: dict[str, Any] = {}
     call = threading.Thread(target=lambda: answer.update(with_session(relay, ops.token, create)))
@@ -321,7 +321,18 @@ def test_a_card_wait_and_the_reply_wait_share_one_mcp_cap(relay: Relay) -> None:
         relay.owner.post(f"/api/v1/owner/cards/{card['id']}", {"decision": "allow"})
     finally:
         call.join(60)
-    assert answer.get("ok") is True, answer
+    assert answer.get("ok") is True and answer["status"] == "running", answer
     note = answer.get("note", "")
     assert "instead of 600 s" in note, json.dumps(answer)
     assert int(note.split("waited ")[1].split(" s")[0]) < MCP_CAP, note
+
+
+def test_a_reply_within_the_wait_carries_no_note_about_the_cap(relay: Relay, desk: Agent) -> None:
+    """The cap is said only when the wait ran out before the reply (not on every capped call)."""
+
+    async def create(session: ClientSession) -> dict[str, Any]:
+        return relay_json(await session.call_tool(
+            "relay_tool", {"action": "create_session", "relay": "this", "text": "quick", "wait_seconds": 600}))
+
+    answer = with_session(relay, desk.token, create)
+    assert answer["status"] == "done" and "note" not in answer, answer

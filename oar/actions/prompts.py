@@ -63,9 +63,9 @@ def waited_result(ctx: CallContext, message: Message, args: dict[str, Any]) -> d
         working = background.still_working(ctx.runtime, message, max(0.0, deadline - time.monotonic()))
         if working:
             entry = background.report(entry, working, ctx.runtime.time("BACKGROUND_QUIET_SECONDS"))
-    notes = [cap_note] if cap_note else []
-    if message.status in IN_PROGRESS_TURN:
-        notes.append(turns.NOT_FINISHED_NOTE)
+    notes = []
+    if message.status in IN_PROGRESS_TURN:  # the cap is news only when the wait ran out before the reply
+        notes = [cap_note, turns.NOT_FINISHED_NOTE] if cap_note else [turns.NOT_FINISHED_NOTE]
     if entry.get("note"):
         notes.insert(0, entry["note"])
     if notes:

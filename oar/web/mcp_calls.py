@@ -39,7 +39,7 @@ def mcp_context(rt: Runtime, caller: Session, *, capped: bool) -> CallContext:
     if capped:
         seconds = int(rt.time("MCP_MAX_WAIT_SECONDS"))
         ctx.cap_waits(seconds, (
-            f"MCP calls without a progressToken wait at most {seconds} s, as MCP clients cut calls after about 60 s;"
+            f"MCP calls without a progressToken wait at most {seconds} s in all, as MCP clients cut calls after about 60 s;"
         ))
     return ctx
 

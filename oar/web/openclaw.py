@@ -43,6 +43,8 @@ OPENCLAW_TOOLS = mcp_wire.ToolSet(
     tools=tool_list,
     call=run_tool,
     failed=tools.failed,
+    # The tools that wait (for a reply, for a child's first answer): a client of the Tasks extension gets a task for them.
+    may_wait=lambda name, _arguments: name in ("sessions_send", "sessions_spawn"),
 )
 
 add_endpoint(blueprint, "/mcp/openclaw", OPENCLAW_TOOLS)
