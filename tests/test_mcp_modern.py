@@ -5,12 +5,14 @@ envelope and header checks, `server/discover`, and tasks made, followed, cancell
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+import pytest
 import requests
 
 from tests.support.clients import Agent, poll
-from tests.support.relays import Relay
+from tests.support.relays import Relay, own_relay
 from tests.support.snapshots import snapshot
 
 MODERN = "2026-07-28"
@@ -165,3 +167,55 @@ def test_cancelling_a_task_stops_the_turn_it_waits_on(relay: Relay, desk: Agent)
         return next(m for m in messages if m["text"] == "!sleep 30")
 
     poll("the turn stopped", lambda: prompt()["status"] == "stopped")
+
+
+def test_listening_to_a_task_streams_its_status_until_it_ends(relay: Relay, desk: Agent) -> None:
+    session = desk.ok("create_session", relay="this", text="hello", wait_seconds=30)["session"]
+    created = call_tool(relay, desk, {"action": "send", "relay": "this", "session": session, "text": "!sleep 1\nlater"})
+    stranger = "mcptask_" + "x" * 32
+    body = {"jsonrpc": "2.0", "id": 7, "method": "subscriptions/listen", "params": {
+        "notifications": {"tasksStatus": [created["taskId"], stranger]}, "_meta": meta(tasks=True)}}
+    headers = {"Authorization": f"Bearer {desk.token}", "Accept": "application/json, text/event-stream",
+               "Content-Type": "application/json", "MCP-Protocol-Version": MODERN, "Mcp-Method": "subscriptions/listen"}
+    messages = []
+    with requests.post(f"{relay.url}/mcp", data=json.dumps(body), headers=headers, timeout=60, stream=True) as stream:
+        assert stream.headers["Content-Type"].startswith("text/event-stream")
+        for line in stream.iter_lines(decode_unicode=True):
+            if line.startswith("data: "):
+                messages.append(json.loads(line[len("data: "):]))
+                if "method" not in messages[-1]:
+                    break
+    acknowledged, *statuses, ended = messages
+    assert acknowledged["method"] == "notifications/subscriptions/acknowledged"
+    assert acknowledged["params"]["notifications"] == {"tasksStatus": [created["taskId"]]}  # not another's or unknown
+    assert all(m["method"] == "notifications/tasks/status" and m["params"]["taskId"] == created["taskId"] for m in statuses)
+    assert statuses[-1]["params"]["status"] == "completed"
+    assert statuses[-1]["params"]["result"]["structuredContent"]["reply"]["text"].endswith("later")
+    assert ended == {"jsonrpc": "2.0", "id": 7, "result": {"resultType": "complete"}}
+    no_capability = modern(relay, desk.token, "subscriptions/listen", {"notifications": {"tasksStatus": []}})
+    assert no_capability.status_code == 400 and no_capability.json()["error"]["code"] == -32021
+
+
+@pytest.mark.stack
+def test_a_task_outlives_the_web_process_that_ran_it(tmp_path: Path) -> None:
+    """Killed while its call waited on a written prompt, a task ends with that prompt's outcome;
+    killed before its call wrote anything, it fails saying nothing was done."""
+    with own_relay(tmp_path, web="process") as stack:
+        relay = stack.relay
+        assert relay is not None
+        desk = relay.conversation("desk")
+        fresh = relay.conversation("fresh", approvals=())
+        session = desk.ok("create_session", relay="this", text="hello", wait_seconds=30)["session"]
+        sending = call_tool(relay, desk, {"action": "send", "relay": "this", "session": session, "text": "!sleep 4\nsurvived"})
+        asking = call_tool(relay, fresh, {"action": "create_session", "relay": "this", "text": "never"})
+        poll("the prompt written", lambda: any(m["text"].endswith("survived") for m in
+                                               desk.ok("read_session", relay="this", session=session)["messages"]))
+        poll("the card shown", lambda: task_get(relay, fresh, asking["taskId"]).json()["result"]["status"] == "input_required")
+        stack.kill("web")
+        stack.start_web()
+        ended = settled_task(relay, desk, sending["taskId"])
+        assert ended["status"] == "completed"
+        body = ended["result"]["structuredContent"]
+        assert body["status"] == "done" and body["reply"]["text"].endswith("survived") and "process" in body["note"]
+        lost = settled_task(relay, fresh, asking["taskId"])
+        assert lost["status"] == "failed" and "nothing was done" in lost["error"]["message"]
