@@ -516,6 +516,22 @@ def test_starting_a_conversation_shows_its_agent_token_once(relay: Relay, owner:
 # A session page ---------------------------------------------------------------------------------
 
 
+def test_a_conversation_whose_agent_is_outside_shows_what_waits_for_it_and_can_be_switched(
+    relay: Relay, owner: Browser, desk: Agent
+) -> None:
+    helper = relay.conversation("helper", agent_outside=True)
+    desk.ok("send", relay="this", session=helper.session_id, text="for later", wait_seconds=0)
+    here = f"/sessions/{helper.session_id}"
+    page = owner.get(here).text
+    assert "agent outside" in page and "Waiting for its agent: 1" in page and "Its agent has taken nothing yet" in page
+    assert re.search(r'name="agent_outside"\s+checked', page)
+    assert "agent outside" in owner.get("/").text
+    switched = owner.post(f"{here}/agent-outside", {})
+    assert "what waits runs on its provider" in switched.text
+    assert relay.owner.get(f"/api/v1/owner/sessions/{helper.session_id}")["session"]["agentOutside"] is False
+    assert poll("the waiting prompt answered on the provider", lambda: "echo: for later" in owner.get(here).text)
+
+
 def test_a_session_page_shows_agent_prompts_with_their_badge_tool_lines_and_events_as_compact_lines(
     relay: Relay, owner: Browser, desk: Agent
 ) -> None:

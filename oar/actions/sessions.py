@@ -49,7 +49,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
 _LISTED_COLUMNS = (
     Session.id, Session.title, Session.provider, Session.model, Session.cwd,
     Session.message_count, Session.created_by_session, Session.created_by_title, Session.may_create_sessions,
-    Session.archived, Session.group, as_stored(Session.last_activity_at),
+    Session.archived, Session.group, Session.agent_outside, as_stored(Session.last_activity_at),
 )
 # Prepared list_sessions queries by (scope, with a cursor); their SQL built once (oar/core/prepared.py).
 _LISTED: dict[tuple[str, bool], Prepared] = {}

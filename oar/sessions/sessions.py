@@ -155,6 +155,8 @@ def listed(session: Session, busy: bool, group: dict[str, Any] | None, backgroun
         entry["viaAgent"] = session.created_by_title
     if session.may_create_sessions:
         entry["mayCreateSessions"] = True
+    if session.agent_outside:
+        entry["agentOutside"] = True
     if session.archived:
         entry["archived"] = True
     return entry
@@ -197,4 +199,6 @@ def described(session: Session, state: str) -> dict[str, Any]:
         entry["viaAgent"] = session.created_by_title
     if session.may_create_sessions:
         entry["mayCreateSessions"] = True
+    if session.agent_outside:
+        entry["agentOutside"] = True
     return entry

@@ -257,6 +257,19 @@ def may_create(session_id: str) -> ResponseReturnValue:
     return done(f"Agents in this conversation {state}.", here)
 
 
+@blueprint.post("/sessions/<session_id>/agent-outside")
+def agent_outside(session_id: str) -> ResponseReturnValue:
+    """Whether the conversation's agent works outside the relay (docs/sessions.md#agents-outside-the-relay)."""
+    here = url_for("page.session_page", session_id=session_id)
+    chosen = form_text("agent_outside") == "on"
+    try:
+        conversations.change_session_settings(runtime(), session_id, {"agent_outside": chosen})
+    except ActionError as error:
+        return refused(error, here)
+    said = "works outside the relay: what arrives waits for it" if chosen else "is the relay's: what waits runs on its provider"
+    return done(f"Its agent {said}.", here)
+
+
 @blueprint.post("/sessions/<session_id>/approvals")
 def approvals(session_id: str) -> ResponseReturnValue:
     """The Allows remembered for this conversation's agent, granted ahead or revoked (docs/rules.md#when-a-card-is-asked)."""

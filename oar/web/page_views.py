@@ -23,7 +23,7 @@ from oar.owner.subscriptions import active_subscriptions
 from oar.schedules import schedules
 from oar.sessions import groups, sessions
 from oar.sessions import state as session_state
-from oar.turns import turns
+from oar.turns import outside, turns
 from oar.watching import subscription_rules
 
 # Messages shown on a session page (the newest ones), and sessions on the list.
@@ -247,6 +247,7 @@ def session_page(session: Session) -> dict[str, Any]:
         "approvals": cards.approved(session.id, "this"),
         "approvalKinds": APPROVAL_LABELS,
         "sendPolicy": overrides([session.id]).get(session.id, "inherit"),
+        "outside": outside.waiting_view(session) if session.agent_outside else None,
     }
     # Versions of exactly what is shown: a turn ending while the page renders must not make an
     # old picture look current.
@@ -274,7 +275,8 @@ def session_versions(
     return {
         "nav": digest(inbox_count()),
         "header": digest([session.title, session.archived, session.may_create_sessions, state, session.provider,
-                          session.model, session.mode, session.agent_session_id,
+                          session.model, session.mode, session.agent_session_id, session.agent_outside,
+                          session.outside_taken_at,
                           sorted(cards.approved(session.id, "this"))]),
         "messages": messages_version(rows),
         "inflight": digest([flight["messageId"], flight["status"]] if flight else None),
