@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from oar.background.task_recovery import ORPHANED_TEXT
 from oar.core.db import database
@@ -252,3 +253,22 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("command", "echo a\u0000b"), ("description", "a\u0000b"), ("command", "echo \ud800")],
+    ids=["nul-command", "nul-description", "lone-surrogate-command"],
+)
+def test_text_no_process_takes_is_refused_at_the_call(relay: Relay, desk: Agent, field: str, value: str) -> None:
+    """A NUL in a command was recorded, and the worker, which cannot pass it as an argument,
+    left the task `running` until the stale sweep: it is refused before anything is written."""
+    relay.settings(allow_shell_tasks=True)
+    status, body = desk.request("POST", "/api/v1/tasks", {"command": "true", field: value})
+    assert status == 400 and body["code"] == "REMOTE_RELAY_INVALID_INPUT", body
+    assert body["error"] == (
+        "A task's command and description cannot hold a NUL character or a lone surrogate (such as \\ud800). "
+        "Nothing was run."
+    )
+    with database.connection_context():
+        assert Task.select().count() == 0
