@@ -77,7 +77,9 @@ def test_echo_task_runs_in_the_background_and_the_output_is_read_as_the_console_
     )
     import sys
 
-    created = desk.ok("create_session", relay="this", text=f"build it\n!task {sys.executable} {script}", wait_seconds=30)
+    created = desk.ok(
+        "create_session", relay="this", cwd=str(folder), text=f"build it\n!task {sys.executable} {script}", wait_seconds=30
+    )
     assert created["status"] == "done", created
     session = created["session"]
     task_id = created["reply"]["text"].split("task ", 1)[1].split(" ", 1)[0]
@@ -130,7 +132,7 @@ def test_a_successful_task_finishes_without_task_failed_and_runs_in_the_sessions
     done = ended(desk, session, task_id)
     assert done["task"]["status"] == "completed" and done["task"]["exitCode"] == 0
     cwd = desk.ok("read_session", relay="this", session=session)["session"]["settings"]["cwd"]
-    assert done["tail"] == [str(Path(cwd).resolve())] if cwd else done["tail"][0].endswith("/work")
+    assert done["tail"] == [str(default_cwd(relay.config).resolve() / session)] == [cwd]
     assert [kind for kind, _ in events_of(session)] == ["task_started", "task_finished", "session_idle"]
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from oar.background import output_files, sandbox
-from oar.core import events, jobs, keys, settings
+from oar.core import events, jobs, keys, work_folders
 from oar.core.db import release_connection, write_transaction
 from oar.core.errors import ActionError, invalid, not_found
 from oar.core.fields import unstorable_text
@@ -110,7 +110,7 @@ def start(
         reason = sandbox.unavailable(runtime.config)
         if reason is not None:
             raise ActionError("REMOTE_RELAY_NO_SANDBOX", sandbox.unavailable_text(reason))
-    cwd = session.cwd or str(settings.default_cwd(runtime.config).resolve())
+    cwd = _checked_folder(runtime, session, values["allowed_roots"])
     task_id = new_id()
     now = utcnow()
     with write_transaction():
@@ -133,6 +133,15 @@ def start(
         events.record(session.id, "task_started", payload(task), now)
     enqueue(runtime, task.id)
     return task
+
+
+def _checked_folder(runtime: Runtime, session: Session, roots: list[str]) -> str:
+    """The session's folder, if a task may run there now (the worker checks it again at the start)."""
+    try:
+        with work_folders.opened(runtime.config, session, roots) as (folder, _):
+            return folder
+    except work_folders.FolderRefused as refused:
+        raise invalid(f"The session's folder {session.cwd} {refused.reason}. Nothing was run.") from None
 
 
 def record_reported(
