@@ -25,12 +25,12 @@ def test_a_session_still_writing_output_reports_running_with_its_reply(
     relay: Relay, desk: Agent
 ) -> None:
     relay.settings(allow_shell_tasks=True)
-    folder = default_cwd(relay.config).resolve()  # the session's folder: a task sees no other
+    folder = default_cwd(relay.config).resolve() / "background-job"  # the session's folder: a task sees no other
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "background-job.py"  # prints a line every 0.3 s for about 4 s, then ends
     script.write_text("import time\nfor i in range(14):\n    print(i, flush=True)\n    time.sleep(0.3)\n")
     command = f"!task {sys.executable} {script}"
-    created = desk.ok("create_session", relay="this", text=f"start the job\n{command}", wait_seconds=2)
+    created = desk.ok("create_session", relay="this", cwd=str(folder), text=f"start the job\n{command}", wait_seconds=2)
     assert created["status"] == "running", created
     assert created["firstReply"]["text"].startswith("echo: start the job")
     assert created["reply"] == created["firstReply"]

@@ -389,6 +389,13 @@ OWNER_CASES = [
     OwnerCase("new-group-without-name", "POST", "/api/v1/owner/groups", {}, says="needs name"),
     OwnerCase("new-group-name-number", "POST", "/api/v1/owner/groups", {"name": 5}, says="name must be text"),
     OwnerCase("provider-unknown", "GET", "/api/v1/owner/providers/nope", code=NOT_FOUND),
+    # A task's command becomes a process's arguments, which cannot hold a NUL (docs/tasks.md#starting-and-stopping).
+    OwnerCase("tasks-command-nul", "POST", "/api/v1/tasks", {"command": "echo a\u0000b"}, auth="agent",
+              says="cannot hold a NUL character"),
+    OwnerCase("tasks-description-nul", "POST", "/api/v1/tasks", {"command": "true", "description": "a\u0000b"},
+              auth="agent", says="cannot hold a NUL character"),
+    OwnerCase("tasks-command-lone-surrogate", "POST", "/api/v1/tasks", {"command": "echo \ud800"}, auth="agent",
+              says="cannot hold a NUL character or a lone surrogate"),
     # Nested deeper than the JSON parser goes, on every JSON endpoint.
     OwnerCase("tasks-deeply-nested", "POST", "/api/v1/tasks", b'{"command": ' + DEEP + b"}", auth="agent",
               says="must be a JSON object"),

@@ -321,3 +321,21 @@ def test_a_file_named_only_when_the_task_ends_is_kept_under_the_same_rule(relay:
     ended.reported.add("t1")
     line = {"type": "system", "subtype": "task_notification", "task_id": "t1", "status": "completed", "output_file": str(late)}
     assert ended.feed(json.dumps(line)) == [TaskEnded("t1", "completed", None, str(late))]
+
+
+def test_a_folder_swapped_for_a_link_runs_no_agent(relay: Relay, desk: Agent, tmp_path: Path) -> None:
+    """An agent run on this machine is not sandboxed: its folder is checked at every turn as a
+    task's is (docs/tasks.md#the-folder-a-task-runs-in), and a link swapped in is not followed."""
+    configure(relay)
+    folder, outside = new_folder(relay, "swapped-for-a-link"), tmp_path / "outside"
+    outside.mkdir()
+    first = desk.ok("create_session", relay="this", provider="coder", text="hello", cwd=str(folder), wait_seconds=30)
+    assert first["reply"]["text"] == f"cli: hello in {folder}"
+    folder.rename(folder.with_name("swapped-for-a-link.real"))
+    folder.symlink_to(outside)
+    second = desk.ok("send", relay="this", session=first["session"], text="again", wait_seconds=30)
+    assert second["status"] == "failed" and second["error"] == (
+        f"The session's folder {folder} has a link on its way ({folder}), which the relay does not follow; "
+        "the turn did not run."
+    )
+    assert list(outside.iterdir()) == []

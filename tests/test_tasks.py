@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from oar.background.task_recovery import ORPHANED_TEXT
 from oar.core.db import database
@@ -76,7 +77,9 @@ def test_echo_task_runs_in_the_background_and_the_output_is_read_as_the_console_
     )
     import sys
 
-    created = desk.ok("create_session", relay="this", text=f"build it\n!task {sys.executable} {script}", wait_seconds=30)
+    created = desk.ok(
+        "create_session", relay="this", cwd=str(folder), text=f"build it\n!task {sys.executable} {script}", wait_seconds=30
+    )
     assert created["status"] == "done", created
     session = created["session"]
     task_id = created["reply"]["text"].split("task ", 1)[1].split(" ", 1)[0]
@@ -129,7 +132,7 @@ def test_a_successful_task_finishes_without_task_failed_and_runs_in_the_sessions
     done = ended(desk, session, task_id)
     assert done["task"]["status"] == "completed" and done["task"]["exitCode"] == 0
     cwd = desk.ok("read_session", relay="this", session=session)["session"]["settings"]["cwd"]
-    assert done["tail"] == [str(Path(cwd).resolve())] if cwd else done["tail"][0].endswith("/work")
+    assert done["tail"] == [str(default_cwd(relay.config).resolve() / session)] == [cwd]
     assert [kind for kind, _ in events_of(session)] == ["task_started", "task_finished", "session_idle"]
 
 
@@ -252,3 +255,22 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("command", "echo a\u0000b"), ("description", "a\u0000b"), ("command", "echo \ud800")],
+    ids=["nul-command", "nul-description", "lone-surrogate-command"],
+)
+def test_text_no_process_takes_is_refused_at_the_call(relay: Relay, desk: Agent, field: str, value: str) -> None:
+    """A NUL in a command was recorded, and the worker, which cannot pass it as an argument,
+    left the task `running` until the stale sweep: it is refused before anything is written."""
+    relay.settings(allow_shell_tasks=True)
+    status, body = desk.request("POST", "/api/v1/tasks", {"command": "true", field: value})
+    assert status == 400 and body["code"] == "REMOTE_RELAY_INVALID_INPUT", body
+    assert body["error"] == (
+        "A task's command and description cannot hold a NUL character or a lone surrogate (such as \\ud800). "
+        "Nothing was run."
+    )
+    with database.connection_context():
+        assert Task.select().count() == 0
