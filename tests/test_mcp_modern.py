@@ -191,7 +191,8 @@ def test_listening_to_a_task_streams_its_status_until_it_ends(relay: Relay, desk
     assert all(m["method"] == "notifications/tasks/status" and m["params"]["taskId"] == created["taskId"] for m in statuses)
     assert statuses[-1]["params"]["status"] == "completed"
     assert statuses[-1]["params"]["result"]["structuredContent"]["reply"]["text"].endswith("later")
-    assert ended == {"jsonrpc": "2.0", "id": 7, "result": {"resultType": "complete"}}
+    assert ended == {"jsonrpc": "2.0", "id": 7,
+                     "result": {"resultType": "complete", "_meta": {"io.modelcontextprotocol/subscriptionId": "7"}}}
     no_capability = modern(relay, desk.token, "subscriptions/listen", {"notifications": {"tasksStatus": []}})
     assert no_capability.status_code == 400 and no_capability.json()["error"]["code"] == -32021
 

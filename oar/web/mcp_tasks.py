@@ -208,7 +208,7 @@ def _follow(
 
     try:
         wait_on_signals(rt, channels, look, recheck_seconds=LISTEN_RECHECK_SECONDS)
-        events.put(mcp_wire.result(request_id, {"resultType": "complete"}))
+        events.put(mcp_wire.result(request_id, {"resultType": "complete", "_meta": {mcp_wire.SUBSCRIPTION_ID_KEY: subscription}}))
     except Exception:
         log.exception("MCP listen stream failed")
         events.put(mcp_wire.error(request_id, mcp_wire.INTERNAL_ERROR, "Internal error: the listen stream failed."))
