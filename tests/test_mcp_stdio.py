@@ -15,7 +15,7 @@ import anyio
 import mcp.types as types
 import pytest
 from mcp import Client, ClientSession
-from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp.client.extension import ClaimContext, ClientExtension, NotificationBinding, ResultClaim
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from pydantic import ConfigDict
@@ -27,6 +27,8 @@ from tests.support.relays import Relay
 MODERN = "2026-07-28"
 TASKS = "io.modelcontextprotocol/tasks"
 ENDED = ("completed", "failed", "cancelled")
+STATUS = "notifications/tasks/status"
+SUBSCRIPTION = "io.modelcontextprotocol/subscriptionId"
 # How long a test waits for a task to end, or for the relay to show a change (deadlines, not sleeps).
 SETTLE_SECONDS = 60.0
 LOOK_EVERY = 0.1
@@ -71,13 +73,27 @@ async def settled(session: ClientSession, task_id: str) -> dict[str, Any]:
             await anyio.sleep(LOOK_EVERY)
 
 
+class StatusParams(types.NotificationParams):
+    model_config = ConfigDict(extra="allow")
+
+
 class Tasks(ClientExtension):
-    """The Tasks extension as a client implements it: a task is followed with `tasks/get` to its result."""
+    """The Tasks extension as a client implements it: a task is followed with `tasks/get` to its result,
+    and the status notifications of a listen are kept in `statuses`."""
 
     identifier = TASKS
 
+    def __init__(self) -> None:
+        self.statuses: list[dict[str, Any]] = []
+
     def claims(self) -> Sequence[ResultClaim[Any]]:
         return [ResultClaim(result_type="task", model=TaskCreated, resolve=self.follow)]
+
+    def notifications(self) -> Sequence[NotificationBinding[Any]]:
+        return [NotificationBinding(method=STATUS, params_type=StatusParams, handler=self.on_status)]
+
+    async def on_status(self, params: StatusParams) -> None:
+        self.statuses.append(params.model_dump(by_alias=True, mode="json"))
 
     @staticmethod
     async def follow(created: TaskCreated, ctx: ClaimContext) -> types.CallToolResult:
@@ -92,13 +108,18 @@ def bridge(relay: Relay, token: str) -> StdioServerParameters:
     return StdioServerParameters(command=sys.executable, args=["-m", "oar", "mcp"], env=env, cwd=str(PROJECT))
 
 
-def through_bridge(relay: Relay, agent: Agent, work: Callable[[Client], Awaitable[Any]], *, tasks: bool, mode: str = "auto") -> Any:
+def through_bridge(
+    relay: Relay, agent: Agent, work: Callable[[Client], Awaitable[Any]], *, tasks: bool | Tasks, mode: str = "auto",
+    on_message: Callable[[Any], Awaitable[None]] | None = None,
+) -> Any:
     """Start `oar mcp` for the agent, connect the SDK client to it (by default as it connects to any
     server: `server/discover` first, then 2026-07-28), declaring the Tasks extension when `tasks`,
     and run `work`."""
+    extension = tasks if isinstance(tasks, Tasks) else Tasks() if tasks else None
 
     async def main() -> Any:
-        client = Client(bridge(relay, agent.token), mode=mode, extensions=[Tasks()] if tasks else None)
+        client = Client(bridge(relay, agent.token), mode=mode, extensions=[extension] if extension else None,
+                        message_handler=on_message)
         with anyio.fail_after(SETTLE_SECONDS * 2):
             async with client:
                 return await work(client)
@@ -138,6 +159,7 @@ def test_a_waiting_send_through_the_bridge_runs_as_a_task_that_tasks_get_follows
     version, discovered, created, ended, followed, read = through_bridge(relay, desk, work, tasks=True)
     assert version == MODERN
     assert discovered is not None and discovered.capabilities.extensions == {TASKS: {}}
+    assert discovered.capabilities.tools is not None and discovered.capabilities.tools.list_changed is False
     assert isinstance(created, TaskCreated), created
     shown = created.model_dump(by_alias=True, mode="json")
     assert shown["status"] == "working" and created.task_id.startswith("mcptask_")
@@ -223,3 +245,48 @@ def test_a_handshake_era_client_sees_no_tasks(relay: Relay, desk: Agent) -> None
     assert initialized is not None and not initialized.capabilities.extensions
     assert initialized.instructions and "relay_tool" in initialized.instructions
     assert refused.code == -32601
+
+
+def test_a_listen_through_the_bridge_passes_the_relays_task_statuses_on(relay: Relay, desk: Agent) -> None:
+    session_id = desk.ok("create_session", relay="this", text="hello", wait_seconds=30)["session"]
+    tasks = Tasks()
+    acknowledged: list[types.SubscriptionsAcknowledgedNotification] = []
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.SubscriptionsAcknowledgedNotification):
+            acknowledged.append(message)
+
+    def listen(task_ids: list[str]) -> types.SubscriptionsListenRequest:
+        wanted = types.SubscriptionFilter.model_validate({"tasksStatus": task_ids})
+        return types.SubscriptionsListenRequest(params=types.SubscriptionsListenRequestParams(notifications=wanted))
+
+    async def work(client: Client) -> Any:
+        created = await client.session.call_tool(
+            "relay_tool", {"action": "send", "relay": "this", "session": session_id, "text": "!sleep 1\nheard"}, allow_claimed=True
+        )
+        assert isinstance(created, TaskCreated), created
+        ended = await client.session.send_request(listen([created.task_id, "mcptask_not_mine"]), Answer)
+        # The stream's last status is delivered to the binding apart from the listen's result.
+        with anyio.fail_after(SETTLE_SECONDS):
+            while not any(status["status"] == "completed" for status in tasks.statuses):
+                await anyio.sleep(LOOK_EVERY)
+        return created.task_id, ended.model_dump(by_alias=True, mode="json", exclude_unset=True)
+
+    task_id, ended = through_bridge(relay, desk, work, tasks=tasks, on_message=on_message)
+    assert ended["resultType"] == "complete"
+    [ack] = acknowledged
+    assert ack.params.notifications.model_dump(by_alias=True, exclude_none=True) == {"tasksStatus": [task_id]}
+    subscription = ack.params.meta[SUBSCRIPTION] if ack.params.meta else None
+    assert subscription is not None and {status["_meta"][SUBSCRIPTION] for status in tasks.statuses} == {subscription}
+    assert ended["_meta"][SUBSCRIPTION] == subscription
+    assert {status["taskId"] for status in tasks.statuses} == {task_id}
+    last = tasks.statuses[-1]
+    assert last["status"] == "completed" and last["result"]["structuredContent"]["reply"]["text"].endswith("heard")
+
+    async def without_the_extension(client: Client) -> MCPError:
+        with pytest.raises(MCPError) as refused:
+            await client.session.send_request(listen([task_id]), Answer)
+        return refused.value
+
+    refused = through_bridge(relay, desk, without_the_extension, tasks=False)
+    assert refused.code == -32021

@@ -38,8 +38,10 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
+from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from oar import __version__
+from oar.cli.mcp_stdio_listen import LISTEN, forward_listen
 from oar.cli.mcp_stdio_tasks import (
     TASK_METHODS,
     TASKS_EXTENSION,
@@ -109,13 +111,29 @@ async def _serve(url: str, token: str, tools: str, headers: dict[str, str]) -> N
             on_list_tools=list_tools, on_call_tool=call_tool,  # type: ignore[arg-type]  # a task is a claimed result
         )
         if link.tasks is not None:
-            # 2026-07-28's `server/discover` advertises the extension; an `initialize` answer does not
-            # (a task cannot be delivered on the handshake's wire).
-            server.extensions = {TASKS_EXTENSION: {}}
-            for method in TASK_METHODS:
-                server.add_request_handler(method, TaskParams, forward_task_method(link, method))
+            _serve_tasks(server, link)
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options(extensions={}))
+
+
+def _serve_tasks(server: Server[Any], link: RelayLink) -> None:
+    """The Tasks extension on stdio, forwarded to the relay that offers it."""
+    # 2026-07-28's `server/discover` advertises the extension; an `initialize` answer does not
+    # (a task cannot be delivered on the handshake's wire).
+    server.extensions = {TASKS_EXTENSION: {}}
+    for method in TASK_METHODS:
+        server.add_request_handler(method, TaskParams, forward_task_method(link, method))
+    server.add_request_handler(LISTEN, types.SubscriptionsListenRequestParams, forward_listen(link, CLIENT_INFO))
+
+    async def discover(_ctx: ServerRequestContext[Any], _params: types.RequestParams) -> types.DiscoverResult:
+        # The SDK's own answer would claim list-change notifications once `subscriptions/listen` is
+        # served; the bridge's listen carries task statuses only (the tool list never changes).
+        return types.DiscoverResult(
+            supported_versions=list(MODERN_PROTOCOL_VERSIONS), capabilities=server.get_capabilities(),
+            instructions=server.instructions,
+        )
+
+    server.add_request_handler("server/discover", types.RequestParams, discover)
 
 
 async def _forward_call(
@@ -169,7 +187,7 @@ async def _connect(stack: AsyncExitStack, url: str, path: str, token: str, heade
     # The SDK stamps a session's capabilities on every request it sends, so whether a forwarded
     # request declares the extension is chosen by the session it goes through.
     tasks = await _open(stack, endpoint, http, tasks=True) if TASKS_EXTENSION in offered else None
-    return RelayLink(plain=plain, tasks=tasks, http=http)
+    return RelayLink(plain=plain, tasks=tasks, http=http, endpoint=endpoint)
 
 
 async def _open(stack: AsyncExitStack, endpoint: str, http: httpx2.AsyncClient, *, tasks: bool) -> ClientSession:

@@ -66,6 +66,7 @@ class RelayLink:
     # None when the relay does not offer the extension (its team tools, or a relay that predates it).
     tasks: ClientSession | None
     http: httpx2.AsyncClient
+    endpoint: str
 
     def for_request(self, ctx: ServerRequestContext[Any]) -> ClientSession:
         """The session whose declaration matches this stdio request's."""
