@@ -1,6 +1,11 @@
-"""MCP driven by the official TypeScript SDK client (@modelcontextprotocol/sdk, run by node), over
-Streamable HTTP at /mcp and over stdio through `oar mcp`. `.ci/run` installs the SDK into
-tests/mcp_ts (npm); without node or the SDK these tests are skipped, saying why."""
+"""MCP driven by the official TypeScript SDK clients (run by node), over Streamable HTTP at /mcp and over
+stdio through `oar mcp`: v1 (@modelcontextprotocol/sdk, the handshake revisions) and v2
+(@modelcontextprotocol/client, 2026-07-28). `.ci/run` installs both into tests/mcp_ts (npm); without
+node or an SDK these tests are skipped, saying why.
+
+The v2 client declares no Tasks extension: its codecs refuse a `resultType: "task"` answer and
+`tasks/*` on 2026-07-28 (tasks need @modelcontextprotocol/ext-tasks with a request path of the
+host's own), so tasks are driven by the Python SDK's client (tests/test_mcp_stdio.py)."""
 
 from __future__ import annotations
 
@@ -21,13 +26,14 @@ from tests.support.relays import FAST_TIMES, Relay
 CLIENT = PROJECT / "tests" / "mcp_ts"
 MCP_CAP = float(FAST_TIMES["MCP_MAX_WAIT_SECONDS"])
 
-pytestmark = [
-    pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed"),
-    pytest.mark.skipif(
-        not (CLIENT / "node_modules" / "@modelcontextprotocol" / "sdk").is_dir(),
-        reason="the TypeScript MCP SDK is not installed: npm install --prefix tests/mcp_ts",
-    ),
-]
+pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+
+
+def installed(package: str) -> pytest.MarkDecorator:
+    return pytest.mark.skipif(
+        not (CLIENT / "node_modules" / "@modelcontextprotocol" / package).is_dir(),
+        reason=f"@modelcontextprotocol/{package} is not installed: npm ci --prefix tests/mcp_ts",
+    )
 
 
 def run_client(mode: str, relay: Relay, desk: Agent) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -55,6 +61,7 @@ def run_client(mode: str, relay: Relay, desk: Agent) -> tuple[dict[str, Any], di
     return json.loads(stdout.strip().splitlines()[-1]), card
 
 
+@installed("sdk")
 @pytest.mark.parametrize("mode", ["http", "stdio"])
 def test_the_typescript_sdk_client(mode: str, relay: Relay, desk: Agent) -> None:
     out, card = run_client(mode, relay, desk)
@@ -75,3 +82,22 @@ def test_the_typescript_sdk_client(mode: str, relay: Relay, desk: Agent) -> None
     assert out["carded"]["json"]["reply"]["text"] == "echo: carded"
     if mode == "http":
         assert out["protocolVersion"] == "2025-11-25"
+
+
+@installed("client")
+@pytest.mark.parametrize("mode", ["http", "stdio"])
+def test_the_typescript_sdk_v2_client_on_2026_07_28(mode: str, relay: Relay, desk: Agent) -> None:
+    session_id = desk.ok("create_session", relay="this", text="hello", wait_seconds=30)["session"]
+    env = {**os.environ, "OAR_URL": relay.url, "OAR_TOKEN": desk.token, "SESSION_ID": session_id,
+           "SLEEP_SECONDS": str(MCP_CAP + 3), "PYTHON": sys.executable, "PROJECT": str(PROJECT)}
+    done = subprocess.run(["node", "client_modern.mjs", mode], cwd=CLIENT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (out["era"], out["protocolVersion"]) == ("modern", "2026-07-28")
+    assert out["capabilities"]["extensions"] == {"io.modelcontextprotocol/tasks": {}}
+    assert out["capabilities"]["tools"] == {"listChanged": False} and "relay_tool" in out["instructions"]
+    assert out["tools"] == ["relay_tool"]
+    assert out["listRelays"] == {"isError": False, "json": desk.ok("list_relays")}
+    # Progress kept the call alive past the relay's cap; without it the relay answered within the cap.
+    assert out["streamed"]["json"]["status"] == "done" and out["progress"] >= 2, out["streamed"]
+    assert out["capped"]["json"]["status"] in ("running", "queued")
