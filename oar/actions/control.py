@@ -72,7 +72,7 @@ def _window(value: Any) -> str:
 )
 def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Change a session's settings for its next turns without prompting it."""
-    target = sessions.resolve(args["session"], ctx.relay_name, UPDATE_NOTHING)
+    target = ctx.session(args["session"], UPDATE_NOTHING)
     # Settings for the next turns: the provider's caps refuse prompts, not this.
     chosen = choose(target, Requested.of(args), relay_name=ctx.relay_name, nothing=UPDATE_NOTHING)
     provider = chosen.provider
@@ -218,7 +218,7 @@ def _update_result(ctx: CallContext, target: Session, changed: list[str], notes:
 )
 def stop(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Stop the session's running turn, like the page's Stop button."""
-    target = sessions.resolve(args["session"], ctx.relay_name, "Nothing was stopped.")
+    target = ctx.session(args["session"], "Nothing was stopped.")
     cards.approve(ctx, cards.Request(
         action="stop", nothing="Nothing was stopped.", target=target, lines=(_work_line(target),),
     ))
@@ -241,7 +241,7 @@ def stop(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
 )
 def archive(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Archive a session: its running turn stops and queued prompts are cancelled."""
-    target = sessions.resolve(args["session"], ctx.relay_name, "Nothing was archived.")
+    target = ctx.session(args["session"], "Nothing was archived.")
     cards.approve(ctx, cards.Request(
         action="archive", nothing="Nothing was archived.", target=target,
         lines=(_work_line(target), ARCHIVE_ENDS),

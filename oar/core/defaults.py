@@ -216,15 +216,18 @@ TEAM_DERIVED_PER_PARENT = 3  # the circuit breaker: derived tasks of one parent
 TEAM_DERIVED_DEPTH = 1  # the circuit breaker: how deep derived tasks may nest
 TEAM_AGENT_FILE_MAX_BYTES = 1_000_000  # a team or pool YAML file the relay reads
 TEAM_THOUGHTS_POLL_MS = 400  # how often an open run view asks for new thoughts (under a second)
+# Which sessions an agent's conversation sees and reaches, on every agent surface (owner setting
+# sessions_visibility, docs/rules.md#visibility): all of them by default.
+SESSIONS_VISIBILITIES = ("self", "tree", "agent", "all")
+SESSIONS_VISIBILITY = "all"
+# How deep `tree` follows sessions started by sessions started by the conversation.
+VISIBILITY_TREE_DEPTH = 4
 # OpenClaw's session tools (docs/openclaw.md).
 # sessions_send's wait when timeoutSeconds is not given.
 OPENCLAW_SEND_TIMEOUT_SECONDS = 30
 # The reply ping-pong's turns after a sessions_send (owner setting max_ping_pong_turns, 0 to 5).
 OPENCLAW_MAX_PING_PONG_TURNS = 5
 OPENCLAW_MAX_PING_PONG_RANGE = (0, 5)
-# Which sessions the tools see (owner setting sessions_visibility).
-OPENCLAW_VISIBILITIES = ("self", "tree", "agent", "all")
-OPENCLAW_VISIBILITY = "tree"
 # A kept `run` child of sessions_spawn is archived this long after its announce
 # (owner setting spawn_archive_after_minutes).
 OPENCLAW_ARCHIVE_AFTER_MINUTES = 60
