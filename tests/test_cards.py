@@ -307,6 +307,11 @@ def test_which_calls_need_a_card_is_a_pure_decision() -> None:
     assert reasons("subscribe", {"create_sessions"}) == ["watch_sessions"]
     assert reasons("update_session", set(), target=mine) == []
     assert reasons("update_session", set(), target=theirs) == ["change_other_sessions"]
+    for ending in ("stop", "archive"):
+        assert reasons(ending, set(), target=mine) == []
+        assert reasons(ending, set(), target=theirs) == ["end_other_sessions"]
+        assert reasons(ending, {"change_other_sessions"}, target=theirs) == ["end_other_sessions"]
+        assert reasons(ending, {"end_other_sessions"}, target=theirs) == []
     assert reasons("transfer_subscriptions", set(REMEMBERED)) == ["transfer"]
     caller.loop_prompt_count = 30
     assert reasons("send", set(), target=theirs, counted=True) == ["loop"]
@@ -316,12 +321,14 @@ def test_which_calls_need_a_card_is_a_pure_decision() -> None:
     assert reasons("stop", set(REMEMBERED), target=mine) == ["mode"]
 
 
-def test_only_four_actions_declare_approval_reasons() -> None:
+def test_only_six_actions_declare_approval_reasons() -> None:
     declared = {name: spec.approval for name, spec in load_actions().items() if spec.approval}
     assert declared == {
         "create_session": ("create_sessions",),
         "subscribe": ("watch_sessions",),
         "update_session": ("change_other_sessions",),
+        "stop": ("end_other_sessions",),
+        "archive": ("end_other_sessions",),
         "transfer_subscriptions": ("transfer",),
     }
     assert set(REMEMBERED) <= set(DECLARED_REASONS)

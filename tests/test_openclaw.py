@@ -98,8 +98,9 @@ def test_it_lists_the_four_tools_over_mcp_with_schemas_from_the_table(relay: Rel
 def test_it_names_sessions_by_key_and_shows_them_by_visibility(relay: Relay, desk: Agent) -> None:
     child = child_of(desk, "child")
     other = relay.conversation("other")
+    relay.settings(sessions_visibility="tree")
     listed = {row["sessionId"]: row for row in ok(desk, "sessions_list")["sessions"]}
-    assert set(listed) == {desk.session_id, child}  # tree (the default): this conversation and what it started
+    assert set(listed) == {desk.session_id, child}  # tree: this conversation and what it started
     assert (listed[desk.session_id]["key"], listed[desk.session_id]["kind"], listed[desk.session_id]["channel"]) == (
         "main", "main", "webchat")
     assert (listed[child]["key"], listed[child]["kind"], listed[child]["channel"]) == (f"oar:{child}", "other", "internal")
@@ -220,6 +221,7 @@ def test_sessions_send_answers_ok_accepted_timeout_and_error(relay: Relay, desk:
 def test_sessions_send_refusals_keep_the_reference_texts(relay: Relay, desk: Agent) -> None:
     child = child_of(desk, "target")
     other = relay.conversation("elsewhere")
+    relay.settings(sessions_visibility="tree")
     cases: list[tuple[dict[str, Any], int, str, str]] = [
         ({"sessionKey": child}, 400, "error", "message required"),
         ({"sessionKey": child, "message": ""}, 400, "error", "message required"),
@@ -363,20 +365,19 @@ def test_the_settings_page_sets_the_tools_settings_and_refuses_bad_ones(relay: R
     browser = _signed_in(relay)
     page = browser.get(f"{relay.url}/settings", timeout=30).text
     assert 'id="openclaw"' in page and 'name="max_ping_pong_turns" value="5"' in page
-    form = {"csrf_token": _csrf(page), "max_ping_pong_turns": "2", "sessions_visibility": "all",
+    form = {"csrf_token": _csrf(page), "max_ping_pong_turns": "2",
             "send_policy_default": "deny", "send_policy_rules": '[{"match": {"keyPrefix": "cron:"}, "action": "allow"}]',
             "spawn_allow_agents": "echo2, echo3", "spawn_archive_after_minutes": "90"}
     saved = browser.post(f"{relay.url}/settings/openclaw", data=form, allow_redirects=False, timeout=30)
     assert saved.status_code == 303 and saved.headers["Location"].endswith("/settings#openclaw"), saved.text[:300]
     stored = relay.owner.get("/api/v1/owner/settings")["settings"]
     try:
-        assert (stored["max_ping_pong_turns"], stored["sessions_visibility"], stored["spawn_allow_agents"],
-                stored["spawn_archive_after_minutes"]) == (2, "all", ["echo2", "echo3"], 90)
+        assert (stored["max_ping_pong_turns"], stored["spawn_allow_agents"], stored["spawn_archive_after_minutes"]) == (
+            2, ["echo2", "echo3"], 90)
         assert stored["send_policy"] == {"rules": [{"match": {"keyPrefix": "cron:"}, "action": "allow"}], "default": "deny"}
         # Bad values are refused by name and change nothing; a form without the CSRF token does nothing.
         for field, bad, says in (("max_ping_pong_turns", "9", "max_ping_pong_turns"),
-                                 ("send_policy_rules", "[{not json", "must be JSON"),
-                                 ("sessions_visibility", "everyone", "sessions_visibility")):
+                                 ("send_policy_rules", "[{not json", "must be JSON")):
             answer = browser.post(f"{relay.url}/settings/openclaw", data={**form, field: bad}, timeout=30)
             assert says in html.unescape(answer.text), (field, answer.text[:500])
             assert relay.owner.get("/api/v1/owner/settings")["settings"] == stored
@@ -384,7 +385,7 @@ def test_the_settings_page_sets_the_tools_settings_and_refuses_bad_ones(relay: R
                               allow_redirects=False, timeout=30)
         assert forged.status_code == 400 and relay.owner.get("/api/v1/owner/settings")["settings"] == stored
     finally:
-        relay.settings(max_ping_pong_turns=5, sessions_visibility="tree", send_policy={"rules": [], "default": "allow"},
+        relay.settings(max_ping_pong_turns=5, send_policy={"rules": [], "default": "allow"},
                        spawn_allow_agents=[], spawn_archive_after_minutes=60)
 
 

@@ -319,7 +319,7 @@ def settings_form(**changes: str) -> dict[str, str]:
         "quiet_after_minutes": "12", "rate_calls_per_minute": "0", "rate_writes_per_minute": "0",
         "team_calls_per_minute": "0", "team_writes_per_minute": "0",
         "max_running_tasks_per_session": "3", "max_running_tasks": "12", "max_task_minutes": "90",
-        "relay_name": "desk", "allowed_roots": "/tmp\n/srv",
+        "relay_name": "desk", "allowed_roots": "/tmp\n/srv", "sessions_visibility": "all",
     }
     form.update(changes)
     return {key: value for key, value in form.items() if value is not None}
@@ -328,16 +328,19 @@ def settings_form(**changes: str) -> dict[str, str]:
 def test_the_settings_form_saves_what_the_owner_api_shows(relay: Relay, owner: Browser) -> None:
     owner.get("/settings")
     response = owner.post("/settings", settings_form(allow_shell_tasks="on", team_runs_shared="on",
-                                                      team_writes_per_minute="30"))
+                                                      team_writes_per_minute="30", sessions_visibility="tree"))
     assert response.status_code == 200 and "Settings saved." in response.text
     saved = relay.owner.get("/api/v1/owner/settings")["settings"]
     assert saved == {**saved, "agent_sessions_enabled": True, "max_wait_seconds": 900, "max_turn_seconds": 1800,
                      "quiet_after_minutes": 12, "allow_shell_tasks": True, "accept_agent_prompts": False,
                      "allowed_roots": ["/tmp", "/srv"], "team_runs_shared": True, "team_calls_per_minute": 0,
                      "team_writes_per_minute": 30,
-                     "max_running_tasks_per_session": 3, "max_running_tasks": 12, "max_task_minutes": 90}
+                     "max_running_tasks_per_session": 3, "max_running_tasks": 12, "max_task_minutes": 90,
+                     "sessions_visibility": "tree"}
     page = owner.get("/settings")
     assert 'name="max_wait_seconds" value="900"' in page.text
+    assert '<option value="tree" selected>tree: this conversation and the sessions it started, and theirs</option>' in (
+        html.unescape(page.text))
     assert "Agents may start and use sessions on this relay" in page.text
 
 
@@ -352,6 +355,7 @@ def test_the_settings_form_saves_what_the_owner_api_shows(relay: Relay, owner: B
         ({"max_running_tasks": "0"}, "max_running_tasks must be a whole number from 1 to 200"),
         ({"max_task_minutes": "²"}, "max_task_minutes must be a whole number"),
         ({"allowed_roots": "relative/path"}, '"relative/path" is not an absolute path'),
+        ({"sessions_visibility": "everyone"}, "sessions_visibility"),
     ],
 )
 def test_bad_settings_show_the_form_again_with_the_error_and_save_nothing(

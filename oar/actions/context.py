@@ -12,6 +12,7 @@ from oar.core import settings
 from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
+from oar.sessions import sessions, visibility
 from oar.turns.turns import Provenance
 
 # The ways in whose calls a caller waits on the answer.
@@ -78,6 +79,7 @@ class CallContext:
     wait_until: float | None = None
     max_wait_reason: str = ""
     _settings: dict[str, Any] | None = None
+    _view: visibility.View | None = None
     # An agent on another relay calling through the peer API (`caller` is then its stand-in here).
     remote: Caller | None = None
     calling: Caller = field(init=False)
@@ -115,6 +117,18 @@ class CallContext:
     @property
     def relay_name(self) -> str:
         return self.settings["relay_name"]
+
+    @property
+    def view(self) -> visibility.View:
+        """The sessions this conversation sees and reaches (docs/rules.md#visibility)."""
+        if self._view is None:
+            self._view = visibility.View(self.caller, self.settings["sessions_visibility"])
+        return self._view
+
+    def session(self, reference: str, nothing: str = "") -> Session:
+        """The session an argument names on this relay, if this conversation sees it: else refused
+        (`REMOTE_RELAY_NOT_FOUND`, or `REMOTE_RELAY_FORBIDDEN` for one outside its view)."""
+        return self.view.check(sessions.resolve(reference, self.relay_name, nothing), nothing)
 
     @property
     def can_wait(self) -> bool:

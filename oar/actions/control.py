@@ -11,8 +11,9 @@ from oar.approvals import cards
 from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid
 from oar.core.fields import Param
-from oar.core.models import Session
+from oar.core.models import Message, Session, Task
 from oar.core.shapes import CWD, EFFORT, GROUP, MODE, MODEL, RELAY, SESSION, TITLE
+from oar.core.statuses import LIVE_TURN, OPEN_TURN, TaskStatus, TurnStatus
 from oar.providers.choice import Requested, choose
 from oar.sessions import groups, sessions
 from oar.sessions import state as session_state
@@ -21,6 +22,8 @@ from oar.turns import turns
 
 UPDATE_NOTHING = "Nothing was changed."
 OWNER_ONLY_SETTING = "Whether a session may start sessions is the owner's setting alone."
+# What an archive card tells the owner besides the work in progress (docs/sessions.md#answer_question-stop-and-archive).
+ARCHIVE_ENDS = "Archiving also ends its schedules, its subscriptions and the asks about it."
 
 
 def _window(value: Any) -> str:
@@ -69,7 +72,7 @@ def _window(value: Any) -> str:
 )
 def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Change a session's settings for its next turns without prompting it."""
-    target = sessions.resolve(args["session"], ctx.relay_name, UPDATE_NOTHING)
+    target = ctx.session(args["session"], UPDATE_NOTHING)
     # Settings for the next turns: the provider's caps refuse prompts, not this.
     chosen = choose(target, Requested.of(args), relay_name=ctx.relay_name, nothing=UPDATE_NOTHING)
     provider = chosen.provider
@@ -211,11 +214,14 @@ def _update_result(ctx: CallContext, target: Session, changed: list[str], notes:
     writes=True,
     nothing="Nothing was stopped.",
     not_own_session="session",
+    approval=("end_other_sessions",),  # only on a session the caller did not start
 )
 def stop(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Stop the session's running turn, like the page's Stop button."""
-    target = sessions.resolve(args["session"], ctx.relay_name, "Nothing was stopped.")
-    cards.approve(ctx, cards.Request(action="stop", nothing="Nothing was stopped.", target=target))
+    target = ctx.session(args["session"], "Nothing was stopped.")
+    cards.approve(ctx, cards.Request(
+        action="stop", nothing="Nothing was stopped.", target=target, lines=(_work_line(target),),
+    ))
     acknowledgement = turns.stop_turn(ctx.runtime, target)
     return {
         "summary": f"stop → {ctx.relay_name} session {target.id[:8]}: {acknowledgement}",
@@ -231,11 +237,15 @@ def stop(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     writes=True,
     nothing="Nothing was archived.",
     not_own_session="session",
+    approval=("end_other_sessions",),  # only on a session the caller did not start
 )
 def archive(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Archive a session: its running turn stops and queued prompts are cancelled."""
-    target = sessions.resolve(args["session"], ctx.relay_name, "Nothing was archived.")
-    cards.approve(ctx, cards.Request(action="archive", nothing="Nothing was archived.", target=target))
+    target = ctx.session(args["session"], "Nothing was archived.")
+    cards.approve(ctx, cards.Request(
+        action="archive", nothing="Nothing was archived.", target=target,
+        lines=(_work_line(target), ARCHIVE_ENDS),
+    ))
     already = target.archived
     lifecycle.archive(ctx.runtime, target)
     result = {
@@ -246,3 +256,23 @@ def archive(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     if already:
         result["note"] = "The session was already archived."
     return result
+
+
+def _work_line(target: Session) -> str:
+    """The work a stop or archive would end, for its card: `Now: 1 turn running · 2 prompts queued · …`."""
+    statuses = [
+        row.status for row in Message.select(Message.status).where(
+            (Message.session == target.id) & Message.status.in_(OPEN_TURN)
+        )
+    ]
+    running = sum(status in LIVE_TURN for status in statuses)
+    queued = statuses.count(TurnStatus.QUEUED)
+    tasks = Task.select().where((Task.session == target.id) & (Task.status == TaskStatus.RUNNING)).count()
+    parts = [
+        f"{count} {noun}{'' if count == 1 else 's'} {state}"
+        for count, noun, state in (
+            (running, "turn", "running"), (queued, "prompt", "queued"), (tasks, "background task", "running"),
+        )
+        if count
+    ]
+    return "Now: " + (" · ".join(parts) if parts else "nothing running")

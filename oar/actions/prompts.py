@@ -96,7 +96,7 @@ def waited_result(ctx: CallContext, message: Message, args: dict[str, Any]) -> d
 def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Queue a prompt to a session and wait for the reply."""
     nothing = "Nothing was sent."
-    target = sessions.resolve(args["session"], ctx.relay_name, nothing)
+    target = ctx.session(args["session"], nothing)
     if target.archived:
         raise not_found(f"Session {target.id[:8]} is archived. {nothing}")
     busy = session_state.is_busy(target)
@@ -256,7 +256,7 @@ def _workspace(
 )
 def wait(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Keep waiting for a reply that send or create_session did not get in time."""
-    session = sessions.resolve(args["session"], ctx.relay_name)
+    session = ctx.session(args["session"])
     message = Message.get_or_none(
         (Message.id == args["message_id"]) & (Message.session == session.id) & Message.status.is_null(False)
     )

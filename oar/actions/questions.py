@@ -36,6 +36,7 @@ def answer_question(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     if args["question_id"].strip().startswith("card_"):
         raise ActionError("REMOTE_RELAY_FORBIDDEN", f"Approval cards are the owner's to decide. {nothing}")
     question = questions.find(args["question_id"], ctx.relay_name, nothing)
+    ctx.view.check(question.session, nothing)
     if question.kind == "ask":
         raise ActionError(
             "REMOTE_RELAY_FORBIDDEN", f"Question {question.id} was asked of the user; only the owner answers it. {nothing}"
@@ -85,7 +86,7 @@ def ask(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         raise invalid(f"ask: options must be a list of up to 10 texts of 1 to 200 characters. {nothing}")
     target = ctx.caller
     if args.get("session") and not sessions.is_same(args["session"], ctx.caller):
-        target = sessions.resolve(args["session"], ctx.relay_name, nothing)
+        target = ctx.session(args["session"], nothing)
         if target.archived:
             raise invalid(f"Session {target.id[:8]} is archived. {nothing}")
     questions.check_ask_limits(ctx.caller.id, target.id, nothing)
@@ -112,7 +113,7 @@ def ask(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
 )
 def list_questions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """This conversation's asks: pending, and those answered, dismissed, withdrawn or ended within a day."""
-    about = sessions.resolve(args["session"], ctx.relay_name).id if args.get("session") else None
+    about = ctx.session(args["session"]).id if args.get("session") else None
     rows = [questions.listed(q) for q in questions.asks_of(ctx.caller.id, about, ctx.now)]
     pending = sum(1 for q in rows if q["status"] == QuestionStatus.PENDING)
     return {

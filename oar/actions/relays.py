@@ -86,15 +86,17 @@ def paired_relays(ctx: CallContext) -> list[dict[str, Any]]:
 def relay_info(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """What the relay offers: providers, folders, groups."""
     configured = providers.configured()
+    visible = ctx.view.where()  # the sessions this conversation sees (docs/rules.md#visibility)
+    with_folder = Session.cwd.is_null(False) & (Session.deleted == False)  # noqa: E712
     recent_cwds = [
         row.cwd
         for row in Session.select(Session.cwd)
-        .where(Session.cwd.is_null(False) & (Session.deleted == False))  # noqa: E712
+        .where(with_folder if visible is None else with_folder & visible)
         .group_by(Session.cwd)
         .order_by(fn.MAX(Session.last_activity_at).desc())
         .limit(defaults.RECENT_CWDS)
     ]
-    listed_groups, total = groups.listing(defaults.GROUPS_IN_RELAY_INFO)
+    listed_groups, total = groups.listing(defaults.GROUPS_IN_RELAY_INFO, visible)
     result: dict[str, Any] = {
         "summary": f"relay_info → {ctx.relay_name}: {len(configured)} providers, {total} groups",
         "name": ctx.relay_name,

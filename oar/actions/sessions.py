@@ -55,11 +55,12 @@ _LISTED_COLUMNS = (
 _LISTED: dict[tuple[str, bool], Prepared] = {}
 
 
-def _sessions_query(scope: str, text: str | None, *, cursor: bool) -> Callable[..., Any]:
+def _sessions_query(scope: str, text: str | None, *, cursor: bool, visible: Any = None) -> Callable[..., Any]:
     """list_sessions' query: `build(keep_since, [since,] [moment, moment, after_id,] limit)`
     (`since` for "recent"); each session comes with whether it is busy, has a background
     task running and has tasks to show (`keep_since`, `task_views.shown_exists`), so that
-    the tasks are read only for the sessions that have some."""
+    the tasks are read only for the sessions that have some. `visible`: the caller's view's
+    condition (docs/rules.md#visibility), None when it sees every session."""
 
     def build(keep_since: Any, *values: Any) -> Any:
         rest = list(values)
@@ -69,6 +70,8 @@ def _sessions_query(scope: str, text: str | None, *, cursor: bool) -> Callable[.
             session_state.background_exists().alias("background_now"),
             task_views.shown_exists(keep_since).alias("has_shown_tasks"),
         ).where((Session.deleted == False) & Session.remote_relay.is_null())  # noqa: E712
+        if visible is not None:
+            query = query.where(visible)
         if scope == "archived":
             query = query.where(Session.archived == True)  # noqa: E712
         elif scope != "all":
@@ -86,7 +89,7 @@ def _sessions_query(scope: str, text: str | None, *, cursor: bool) -> Callable[.
             )
         query = query.order_by(Session.last_activity_at.desc(), Session.id.desc()).limit(rest[-1])
         # Prepared, rows come as named tuples (oar/core/prepared.py); built each time, as models.
-        return query if text else query.namedtuples()
+        return query if text or visible is not None else query.namedtuples()
 
     return build
 
@@ -120,8 +123,9 @@ def list_sessions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         task_views.keep_since(ctx.runtime, ctx.now),
         *((since,) if scope == "recent" else ()), *((moment, moment, after_id) if moment is not None else ()), limit + 1,
     )
-    if text:  # `contains` rewrites its value, so this query is built each time
-        rows = list(_sessions_query(scope, text, cursor=moment is not None)(*values))
+    visible = ctx.view.where()
+    if text or visible is not None:  # `contains` rewrites its value, and a view's sessions are its own: built each time
+        rows = list(_sessions_query(scope, text, cursor=moment is not None, visible=visible)(*values))
     else:
         key = (scope, moment is not None)
         prepared = _LISTED.get(key)
@@ -171,6 +175,7 @@ def read_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     else:  # not a full id: a prefix, or nothing
         session = sessions.resolve(args["session"], ctx.relay_name)
         busy, has_tasks, has_questions = session_state.is_busy(session), True, True
+    ctx.view.check(session)
     last = args.get("last", defaults.READ_SESSION_LAST_DEFAULT)
     budget = args.get("max_chars", defaults.READ_SESSION_MAX_CHARS_DEFAULT)
     include_activity = args.get("include_activity", False)
@@ -206,7 +211,7 @@ def read_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         "state": state,
         "inFlight": _in_flight(session),
         "pendingQuestions": questions.pending_in_session(session.id) if has_questions else [],
-        "group": groups.with_members(session),
+        "group": groups.with_members(session, visible=ctx.view.where()),
         "tasks": shown_tasks,
     }
     if has_more and messages:

@@ -112,7 +112,7 @@ def subscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             hops=ctx.hops(),
             created_at=start,
         )
-        row.idle = not subscription_rules.busy(subscription_rules.watched_ids(row))
+        row.idle = not subscription_rules.busy(subscription_rules.watched_ids(row, ctx.view.where()))
         row.save()
         ingest.ensure_cursor(start)
     view = views.view(row)
@@ -170,7 +170,7 @@ def _sessions(ctx: CallContext, given: list[Any]) -> tuple[str, list[Session]]:
                 "REMOTE_RELAY_OWN_SESSION",
                 f"A conversation's own session is never watched; leave {ctx.caller.id[:8]} out. {SUBSCRIBED_NOTHING}",
             )
-        session = sessions.resolve(reference, ctx.relay_name, SUBSCRIBED_NOTHING)
+        session = ctx.session(reference, SUBSCRIBED_NOTHING)
         if session.archived:
             raise not_found(f"Session {session.id[:8]} is archived. {SUBSCRIBED_NOTHING}")
         named[session.id] = session
@@ -184,7 +184,7 @@ def _exclude(ctx: CallContext, given: list[Any] | None, scope: str) -> list[str]
         raise invalid(f"{EXCLUDE_NEEDS_ALL}. {SUBSCRIBED_NOTHING}")
     if any(not isinstance(item, str) or not item.strip() for item in given) or len(given) > MAX_SESSIONS_NAMED:
         raise invalid(f"exclude must be a list of session ids. {SUBSCRIBED_NOTHING}")
-    return list(dict.fromkeys(sessions.resolve(item, ctx.relay_name, SUBSCRIBED_NOTHING).id for item in given))
+    return list(dict.fromkeys(ctx.session(item, SUBSCRIBED_NOTHING).id for item in given))
 
 
 def _events(given: list[Any] | None) -> list[str]:
@@ -245,7 +245,7 @@ def list_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]
     """This conversation's subscriptions (or another's with watcher), and those ended within the hour."""
     watcher = ctx.caller
     if args.get("watcher"):
-        watcher = sessions.resolve(args["watcher"], ctx.relay_name)
+        watcher = ctx.session(args["watcher"])
     rows = views.listed_for(watcher.id, ctx.now, ctx.runtime.time("SUBSCRIPTION_ENDED_LISTED_SECONDS"))
     listed = [views.view(row) for row in rows]
     active = sum(1 for entry in listed if "endedAt" not in entry)
@@ -266,7 +266,7 @@ def list_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]
 )
 def transfer_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Move every subscription of another conversation to this one (always an approval card)."""
-    source = sessions.resolve(args["from"], ctx.relay_name, TRANSFERRED_NOTHING)
+    source = ctx.session(args["from"], TRANSFERRED_NOTHING)
     if source.id == ctx.caller.id:
         raise ActionError(
             "REMOTE_RELAY_OWN_SESSION", f"These subscriptions are already this conversation's. {TRANSFERRED_NOTHING}"

@@ -15,7 +15,6 @@ from oar.core.runtime import Runtime
 from oar.core.shapes import RELAY, SESSION
 from oar.core.statuses import TaskStatus
 from oar.core.timeutil import iso
-from oar.sessions import sessions
 
 NOTE_TAIL_ONLY = "Only the last lines of this task's output were kept by the agent that ran it; earlier output is not available."
 NOTE_GONE = "The task's output file is gone (removed or never written); only the task's status is known."
@@ -45,7 +44,7 @@ NOTE_AGENT_NO_FILE = (
 )
 def read_task_output(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """The tail of a background task's output, while it runs and for an hour after it ends."""
-    session = sessions.resolve(args["session"], ctx.relay_name)
+    session = ctx.session(args["session"])
     task = tasks.find(session, args["task_id"], ctx.relay_name)
     if not task_views.is_readable(task, ctx.runtime, ctx.now):
         raise not_found(

@@ -3,8 +3,9 @@
 A card is asked when the call needs one (`reasons_for`, pure). Each action declares its own
 reasons in its spec (`@action(..., approval=(...))`, see DECLARED_REASONS): the
 conversation's first `create_session` and first watch on a relay, `update_session` on
-sessions it did not start (these three Allows are remembered per conversation and relay,
-across restarts, as `Approval` rows), `transfer_subscriptions` always. Two reasons come
+sessions it did not start, `stop` and `archive` of sessions it did not start (these four
+Allows are remembered per conversation and relay, across restarts, as `Approval` rows),
+`transfer_subscriptions` always. Two reasons come
 from the call itself: every write while the conversation is in `ask` or `plan` mode, and the
 31st agent-to-agent prompt (`Request.counted`; loop protection, docs/rules.md#loop-protection, `oar.approvals.loop`).
 
@@ -40,12 +41,16 @@ from oar.core.wait_slots import wait_slot
 from oar.core.waiting import CallerGone, Look, current_watch, not_yet, settled, wait_on_signals
 
 # The Allows remembered per conversation and relay.
-REMEMBERED = ("create_sessions", "watch_sessions", "change_other_sessions")
-# Reasons an action may declare in its spec: asked unless remembered, and
-# `change_other_sessions` only when the target is a session the caller did not start.
-DECLARED_REASONS = ("transfer", "change_other_sessions", "create_sessions", "watch_sessions")
+REMEMBERED = ("create_sessions", "watch_sessions", "change_other_sessions", "end_other_sessions")
+# Reasons about a session the caller did not start: asked only when the call's target is one.
+OTHER_SESSIONS = ("change_other_sessions", "end_other_sessions")
+# Reasons an action may declare in its spec: asked unless remembered, and OTHER_SESSIONS only
+# when the target is a session the caller did not start.
+DECLARED_REASONS = ("transfer", "end_other_sessions", "change_other_sessions", "create_sessions", "watch_sessions")
 # The card's sentence comes from the first of its reasons in this order.
-PRIORITY = ("loop", "transfer", "change_other_sessions", "create_sessions", "watch_sessions", "mode")
+PRIORITY = (
+    "loop", "transfer", "end_other_sessions", "change_other_sessions", "create_sessions", "watch_sessions", "mode",
+)
 EXCERPT_CHARS = 200
 
 
@@ -105,7 +110,7 @@ def reasons_for(caller: Session, request: Request, declared: tuple[str, ...], ap
 def _applies(reason: str, caller: Session, request: Request, approved: set[str]) -> bool:
     if reason in REMEMBERED and reason in approved:
         return False
-    if reason == "change_other_sessions":
+    if reason in OTHER_SESSIONS:
         return request.target is not None and request.target.created_by_session != caller.id
     return True
 
@@ -423,6 +428,11 @@ def _sentence(reason: str, relay: str, caller: Session, request: Request) -> str
         return f"Allow the agent to move the subscriptions of session {target.id[:8] if target else '?'} to this conversation?"
     if reason == "change_other_sessions":
         return f'Allow the agent to change session {target.id[:8] if target else "?"} on relay "{relay}", which it did not start?'
+    if reason == "end_other_sessions":
+        return (
+            f'Allow the agent to {request.action} session {target.id[:8] if target else "?"} on relay "{relay}", '
+            "which it did not start?"
+        )
     if reason == "create_sessions":
         parts = ", ".join(p for p in (request.provider, request.folder) if p)
         return f"This agent wants to start sessions on this relay ({parts}). Sessions it starts use this relay's accounts."
@@ -447,6 +457,7 @@ def why(reason: str) -> str:
         "loop": f"{loop.THRESHOLD} prompts to other sessions since the user last wrote here",
         "transfer": "moving subscriptions always needs it",
         "change_other_sessions": "changing a session this conversation did not start",
+        "end_other_sessions": "stopping or archiving a session this conversation did not start",
         "create_sessions": "the first session this conversation starts",
         "watch_sessions": "the first session this conversation watches",
         "mode": "this conversation is in ask or plan mode",

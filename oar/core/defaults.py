@@ -243,15 +243,18 @@ TEAM_AGENTS_PER_RUN = 100  # agent ids one run binds to conversations
 TEAM_RUN_TEXT_MAX_CHARS = 20_000_000  # agents' text one run stores: messages, tasks, artifacts, reviews, summary, state
 TEAM_MEMORY_FILES_PER_TEAM = 100  # memory files one team keeps (the owner's imports count for nobody)
 TEAM_TREE_MAX_DEPTH = 64  # how far up a conversation's starters are followed to find its team
+# Which sessions an agent's conversation sees and reaches, on every agent surface (owner setting
+# sessions_visibility, docs/rules.md#visibility): all of them by default.
+SESSIONS_VISIBILITIES = ("self", "tree", "agent", "all")
+SESSIONS_VISIBILITY = "all"
+# How deep `tree` follows sessions started by sessions started by the conversation.
+VISIBILITY_TREE_DEPTH = 4
 # OpenClaw's session tools (docs/openclaw.md).
 # sessions_send's wait when timeoutSeconds is not given.
 OPENCLAW_SEND_TIMEOUT_SECONDS = 30
 # The reply ping-pong's turns after a sessions_send (owner setting max_ping_pong_turns, 0 to 5).
 OPENCLAW_MAX_PING_PONG_TURNS = 5
 OPENCLAW_MAX_PING_PONG_RANGE = (0, 5)
-# Which sessions the tools see (owner setting sessions_visibility).
-OPENCLAW_VISIBILITIES = ("self", "tree", "agent", "all")
-OPENCLAW_VISIBILITY = "tree"
 # A kept `run` child of sessions_spawn is archived this long after its announce
 # (owner setting spawn_archive_after_minutes).
 OPENCLAW_ARCHIVE_AFTER_MINUTES = 60

@@ -472,7 +472,7 @@ class Card(BaseModel):
     action = pw.CharField(max_length=40)
     relay = pw.CharField(max_length=200)
     target_id = pw.CharField(null=True, max_length=32)
-    reasons = JSONField(default=list)  # mode | create_sessions | watch_sessions | change_other_sessions | transfer | loop
+    reasons = JSONField(default=list)  # mode | create_sessions | watch_sessions | change_other_sessions | end_other_sessions | transfer | loop
     text = pw.TextField()
     details = JSONField(default=dict)  # lines, excerpt, target title
     status = pw.CharField(default=CardStatus.PENDING, max_length=12)  # a CardStatus
@@ -490,7 +490,7 @@ class Card(BaseModel):
 
 class Approval(BaseModel):
     """An Allow remembered per conversation and relay, across restarts (docs/rules.md#when-a-card-is-asked): the first
-    `create_session`, the first watch, changing sessions the conversation did not start."""
+    `create_session`, the first watch, changing, and stopping or archiving, sessions the conversation did not start."""
 
     id = pw.AutoField()
     session = pw.ForeignKeyField(Session, backref="approvals", on_delete="CASCADE")

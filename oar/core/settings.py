@@ -93,13 +93,15 @@ FIELDS: dict[str, Param] = {
     "relay_name": Param("str", max_length=100, description="the relay's name, 1 to 100 characters"),
     "rate_calls_per_minute": Param("int", minimum=0, maximum=100_000, description="0: no limit"),
     "rate_writes_per_minute": Param("int", minimum=0, maximum=100_000, description="0: no limit"),
+    # Every agent surface (docs/rules.md#visibility).
+    "sessions_visibility": Param(
+        "str", choices=defaults.SESSIONS_VISIBILITIES,
+        description="which sessions agents see and reach, through relay_tool and OpenClaw's session tools alike",
+    ),
     # OpenClaw's session tools (docs/openclaw.md#settings).
     "max_ping_pong_turns": Param(
         "int", minimum=defaults.OPENCLAW_MAX_PING_PONG_RANGE[0], maximum=defaults.OPENCLAW_MAX_PING_PONG_RANGE[1],
         description="sessions_send's reply ping-pong turns",
-    ),
-    "sessions_visibility": Param(
-        "str", choices=defaults.OPENCLAW_VISIBILITIES, description="which sessions OpenClaw's session tools see",
     ),
     "send_policy": Param(
         "object", description="sessions_send's policy: {rules: [{match: {channel, chatType, keyPrefix}, action}], default}",
@@ -230,7 +232,7 @@ def default_settings(config: Config) -> dict[str, Any]:
         "rate_calls_per_minute": defaults.RATE_CALLS_PER_MINUTE,
         "rate_writes_per_minute": defaults.RATE_WRITES_PER_MINUTE,
         "max_ping_pong_turns": defaults.OPENCLAW_MAX_PING_PONG_TURNS,
-        "sessions_visibility": defaults.OPENCLAW_VISIBILITY,
+        "sessions_visibility": defaults.SESSIONS_VISIBILITY,
         "send_policy": {"rules": [], "default": "allow"},
         "spawn_allow_agents": [],
         "spawn_archive_after_minutes": defaults.OPENCLAW_ARCHIVE_AFTER_MINUTES,

@@ -1,9 +1,8 @@
 """Who sees and may write to which session: visibility and the send policy (docs/openclaw.md#visibility).
 
-Visibility (owner setting `sessions_visibility`, default `tree`): `self` the calling
-conversation only; `tree` it and the sessions it started, and theirs; `agent` those and every
-session of the same agent (the relay's agent id is the provider); `all` every session. The
-refusal texts are the reference's, naming its setting `tools.sessions.visibility`.
+Visibility is the relay's own rule for every agent surface (`oar.sessions.visibility`,
+docs/rules.md#visibility); OpenClaw's tools keep the reference's refusal texts, naming its
+setting `tools.sessions.visibility`.
 
 The send policy: the target session's own override (`allow` | `deny`, set by the owner) wins;
 else the first rule that matches and denies, then the first that matches and allows, then the
@@ -18,35 +17,11 @@ from oar.core.errors import ActionError
 from oar.core.models import Session
 from oar.openclaw.keys import Keyed
 from oar.openclaw.models import SessionSendPolicy
-
-# How deep `tree` follows sessions started by sessions started by the caller.
-TREE_DEPTH = 4
+from oar.sessions import visibility as session_visibility
 
 
-def tree_of(caller: Session) -> set[str]:
-    """The caller and the sessions started from it, to TREE_DEPTH levels."""
-    found = {caller.id}
-    frontier = [caller.id]
-    for _level in range(TREE_DEPTH):
-        if not frontier:
-            break
-        frontier = [
-            row.id for row in Session.select(Session.id).where(
-                Session.created_by_session.in_(frontier) & (Session.deleted == False)  # noqa: E712
-            ) if row.id not in found
-        ]
-        found.update(frontier)
-    return found
-
-
-def is_visible(caller: Session, target: Session, visibility: str, tree: set[str]) -> bool:
-    if target.id == caller.id or visibility == "all":
-        return True
-    if visibility == "self":
-        return False
-    if target.id in tree:
-        return True
-    return visibility == "agent" and target.provider == caller.provider
+def view_of(caller: Session, settings: dict[str, Any]) -> session_visibility.View:
+    return session_visibility.View(caller, settings["sessions_visibility"])
 
 
 def refusal(action: str, visibility: str) -> ActionError:
@@ -62,9 +37,9 @@ def refusal(action: str, visibility: str) -> ActionError:
 
 
 def check_visible(caller: Session, target: Session, settings: dict[str, Any], action: str) -> None:
-    visibility = settings["sessions_visibility"]
-    if not is_visible(caller, target, visibility, tree_of(caller)):
-        raise refusal(action, visibility)
+    view = view_of(caller, settings)
+    if not view.sees(target):
+        raise refusal(action, view.visibility)
 
 
 def overrides(session_ids: list[str]) -> dict[str, str]:

@@ -124,15 +124,10 @@ def sessions_list(ctx: CallContext, raw: dict[str, Any], _run_id: str) -> dict[s
     check_only(ctx, "list_sessions", {})
     caller = ctx.caller
     limit = args.get("limit", defaults.OPENCLAW_LIST_DEFAULT)
-    visibility = ctx.settings["sessions_visibility"]
     query = Session.select().where((Session.deleted == False) & (Session.archived == False))  # noqa: E712
-    tree = access.tree_of(caller)
-    if visibility == "self":
-        query = query.where(Session.id == caller.id)
-    elif visibility == "tree":
-        query = query.where(Session.id.in_(list(tree)))
-    elif visibility == "agent":
-        query = query.where(Session.id.in_(list(tree)) | (Session.provider == caller.provider))
+    visible = access.view_of(caller, ctx.settings).where()
+    if visible is not None:
+        query = query.where(visible)
     if args.get("activeMinutes"):
         query = query.where(Session.last_activity_at >= ctx.now - timedelta(minutes=args["activeMinutes"]))
     # Kinds are known once keyed: read enough rows to fill the page after the filter.
@@ -247,12 +242,11 @@ def sessions_send(ctx: CallContext, raw: dict[str, Any], run_id: str) -> dict[st
     if args.get("sessionKey"):
         target = keys.resolve(args["sessionKey"], caller, ctx.relay_name)
     else:
-        tree = access.tree_of(caller)
-        visibility = ctx.settings["sessions_visibility"]
         candidates = Session.select().where(
             (Session.deleted == False) & (Session.archived == False) & (Session.id != caller.id)  # noqa: E712
         )
-        target = keys.by_label(args["label"], [s for s in candidates if access.is_visible(caller, s, visibility, tree)])
+        visible = access.view_of(caller, ctx.settings).where()
+        target = keys.by_label(args["label"], list(candidates if visible is None else candidates.where(visible)))
     if target.id == caller.id:
         raise ActionError("REMOTE_RELAY_OWN_SESSION", "sessions_send cannot target the calling session; use your own reply instead")
     access.check_visible(caller, target, ctx.settings, "send")

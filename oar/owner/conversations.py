@@ -50,7 +50,7 @@ SESSION_CHANGES = {
     "mode": MODE,
     "group_id": Param("str", max_length=64, description='a group id, or "none"'),
     # The Allows remembered for this conversation's agent (docs/rules.md#when-a-card-is-asked), granted ahead or revoked.
-    "approvals": Param("list", description="create_sessions, watch_sessions, change_other_sessions"),
+    "approvals": Param("list", description="create_sessions, watch_sessions, change_other_sessions, end_other_sessions"),
     "agent_outside": Param("bool", description="its agent works outside the relay (docs/sessions.md#agents-outside-the-relay)"),
 }
 

@@ -54,15 +54,19 @@ def fields_for(rows: list[Session]) -> dict[str, dict[str, Any]]:
     return fields
 
 
-def with_members(session: Session, limit: int = defaults.GROUP_MEMBERS_IN_READ) -> dict[str, Any] | None:
-    """`group` of read_session: its field plus up to `limit` other members."""
+def with_members(
+    session: Session, limit: int = defaults.GROUP_MEMBERS_IN_READ, visible: Any = None
+) -> dict[str, Any] | None:
+    """`group` of read_session: its field plus up to `limit` other members (those `visible`, a
+    condition on `Session`, keeps: the reader's view, docs/rules.md#visibility)."""
     field = field_for(session)
     if field is None:
         return None
     group = Group.get_by_id(field["id"])
-    others = list(
-        live_members(group).where(Session.id != session.id).order_by(Session.created_at).limit(limit)
-    )
+    members_query = live_members(group).where(Session.id != session.id)
+    if visible is not None:
+        members_query = members_query.where(visible)
+    others = list(members_query.order_by(Session.created_at).limit(limit))
     busy = busy_session_ids([member.id for member in others])
     members = []
     for member in others:
@@ -74,24 +78,27 @@ def with_members(session: Session, limit: int = defaults.GROUP_MEMBERS_IN_READ) 
     return {**field, "members": members}
 
 
-def active_groups() -> pw.ModelSelect[Group]:
-    """Groups with at least one non-deleted session, most recently active first."""
+def active_groups(visible: Any = None) -> pw.ModelSelect[Group]:
+    """Groups with at least one non-deleted session (that `visible`, a condition on `Session`,
+    keeps), most recently active first."""
     last_activity = pw.fn.MAX(Session.last_activity_at).alias("last_activity")
+    condition = (Group.dissolved == False) & (Session.deleted == False)  # noqa: E712
     return (
         Group.select(Group, pw.fn.COUNT(Session.id).alias("member_count"), last_activity)
         .join(Session, on=(Session.group == Group.id))
-        .where((Group.dissolved == False) & (Session.deleted == False))  # noqa: E712
+        .where(condition if visible is None else condition & visible)
         .group_by(Group.id)
         .order_by(last_activity.desc(), Group.id)
     )
 
 
-def listing(limit: int) -> tuple[list[dict[str, Any]], int]:
-    """Up to `limit` groups `{id, name, memberCount}` and how many there are in all."""
-    total = active_groups().count()
+def listing(limit: int, visible: Any = None) -> tuple[list[dict[str, Any]], int]:
+    """Up to `limit` groups `{id, name, memberCount}` and how many there are in all; with
+    `visible`, only the groups and members a caller's view keeps (docs/rules.md#visibility)."""
+    total = active_groups(visible).count()
     groups = [
         {"id": group.id, "name": display_name(group), "memberCount": group.member_count}
-        for group in active_groups().limit(limit)
+        for group in active_groups(visible).limit(limit)
     ]
     return groups, total
 

@@ -10,17 +10,23 @@ from typing import Any
 
 from oar.core.models import Event, Message, ReplyReceipt, Session, Subscription, Task
 from oar.core.statuses import OPEN_TURN, TaskStatus, TurnStatus
+from oar.sessions import visibility
 from oar.watching import delivery, held, lifetime, matching, subscription_rules
 
 
 class Holding:
     """What one ingestion (or sweep) knows while it holds events: per watcher, the open
     window and cap digest (`delivery.open_slots`) and the wake-ups of the last hour; which
-    sessions are busy; and the held rows to write, inserted together."""
+    sessions are busy; and the held rows to write, inserted together.
 
-    def __init__(self, now: datetime, engine: delivery.Timing) -> None:
+    `visibility`: the owner's `sessions_visibility` the batch was matched under (read when
+    needed if not given): a watcher's lines name and count only the sessions it sees."""
+
+    def __init__(self, now: datetime, engine: delivery.Timing, visibility: str | None = None) -> None:
         self.now = now
         self.engine = engine
+        self.visibility = visibility
+        self._seen: dict[str, set[str]] = {}
         self.slots: dict[str, list[delivery.Held]] = {}
         self.wakeups: dict[str, int] = {}
         self.rules: dict[str, delivery.Rules] = {}
@@ -78,10 +84,28 @@ class Holding:
     # Session states, read once per batch ------------------------------------------------------
 
     def watched(self, subscription: Subscription) -> list[str]:
+        seen = self._seen_by(subscription.watcher_id)
         if subscription.scope == "sessions":
-            return list(subscription.sessions or [])
+            return [session_id for session_id in subscription.sessions or [] if seen is None or session_id in seen]
         left_out = {subscription.watcher_id, *(subscription.exclude or [])}
-        return [session_id for session_id in self._live_sessions() if session_id not in left_out]
+        return [
+            session_id for session_id in self._live_sessions()
+            if session_id not in left_out and (seen is None or session_id in seen)
+        ]
+
+    def _seen_by(self, watcher_id: str) -> set[str] | None:
+        """The sessions the watcher sees (docs/rules.md#visibility); None: every session."""
+        if self.visibility is None:
+            self.visibility = visibility.relay_visibility()
+        if self.visibility == visibility.EVERYTHING:
+            return None
+        if watcher_id not in self._seen:
+            watcher = Session.get_or_none(Session.id == watcher_id)
+            condition = visibility.View(watcher, self.visibility).where() if watcher is not None else None
+            self._seen[watcher_id] = (
+                {row.id for row in Session.select(Session.id).where(condition)} if condition is not None else set()
+            )
+        return self._seen[watcher_id]
 
     def _live_sessions(self) -> list[str]:
         if self._live is None:
@@ -115,7 +139,7 @@ class Holding:
         """How many sessions the subscription watches, and whether one of them is at work.
         For `all`, from the few busy sessions rather than the whole list: the 200 watchers of
         everything would each scan every session in every batch."""
-        if subscription.scope == "sessions":
+        if subscription.scope == "sessions" or self._seen_by(subscription.watcher_id) is not None:
             watched = self.watched(subscription)
             return len(watched), self.busy(watched)
         if self._live_set is None or self._busy is None:
@@ -136,7 +160,7 @@ def hold(batch: matching.Match, now: datetime, engine: delivery.Timing) -> tuple
     """
     if not batch.subscriptions:
         return set(), []
-    holding = Holding(now, engine)
+    holding = Holding(now, engine, batch.visibility)
     touched: set[str] = set()
     bundles = Bundles(holding, batch.lines)
     for step in batch.steps:

@@ -8,6 +8,7 @@ from datetime import datetime
 from oar.core import ids
 from oar.core.models import HeldEvent, Session, Subscription
 from oar.core.statuses import SubscriptionEndReason
+from oar.sessions import visibility
 from oar.watching import subscription_rules
 
 
@@ -45,7 +46,8 @@ def transfer(subscription: Subscription, watcher: Session, now: datetime) -> Sub
                      "digest_minutes", "quiet_hours", "hops")
     }
     copy = Subscription.create(id=new_id(), watcher=watcher.id, sessions=named, created_at=now, **fields)
-    copy.idle = not subscription_rules.busy(subscription_rules.watched_ids(copy))
+    seen = visibility.View(watcher, visibility.relay_visibility()).where()  # docs/rules.md#visibility
+    copy.idle = not subscription_rules.busy(subscription_rules.watched_ids(copy, seen))
     copy.save()
     return copy
 

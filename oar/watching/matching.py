@@ -5,6 +5,10 @@ bundles, decided before the write lock is taken (docs/decisions.md#fan-out-held-
 Matching reads only the batch's events, the active subscriptions and the titles of the
 batch's sessions; `Match.still_holds` checks, inside the write transaction, that those are
 what they were, and `oar.watching.holding.hold` then makes the held rows from it.
+
+A watcher receives events only of the sessions it sees (the owner's `sessions_visibility`,
+docs/rules.md#visibility): under any setting but `all`, each subscription is matched on its
+own against what its watcher sees, whatever its list says — `["all"]` is every session it sees.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oar.core.models import Event, Session, Subscription
+from oar.sessions import visibility
 from oar.watching import delivery, event_lines, subscription_rules
 
 
@@ -144,6 +149,7 @@ class Match:
     events: list[Event]
     subscriptions: list[Subscription]
     titles: dict[str, str]
+    visibility: str = visibility.EVERYTHING
     steps: list[Step] = field(default_factory=list)
     # Every (seq, kind) → line of a part of more than one event (written once, `event_line`).
     lines: dict[tuple[int, str], str] = field(default_factory=dict)
@@ -153,7 +159,10 @@ class Match:
     def still_holds(self) -> bool:
         """Inside the write transaction: the subscriptions and session titles matched against are
         the ones there now (else the batch is matched again)."""
-        return _subscriptions() == [s.__data__ for s in self.subscriptions] and _titles(self.events) == self.titles
+        return (
+            _subscriptions() == [s.__data__ for s in self.subscriptions] and _titles(self.events) == self.titles
+            and visibility.relay_visibility() == self.visibility
+        )
 
 
 def _subscriptions_query() -> Any:
@@ -174,9 +183,10 @@ def match(events: list[Event]) -> Match:
     match, stalled_minutes) decide alike, so an event is matched once per such group, not
     once per subscription."""
     subscriptions = list(_subscriptions_query())
-    found = Match(events, subscriptions, _titles(events))
+    found = Match(events, subscriptions, _titles(events), visibility.relay_visibility())
     if not subscriptions:
         return found
+    seeing = visibility.Watchers.of(found.visibility, found.titles, {s.watcher_id for s in subscriptions})
     groups: dict[tuple[Any, ...], list[Subscription]] = defaultdict(list)
     for subscription in subscriptions:
         groups[_filters(subscription)].append(subscription)
@@ -185,7 +195,8 @@ def match(events: list[Event]) -> Match:
     plans: list[tuple[Subscription, _Shared | None, list[Subscription]]] = []
     for group in groups.values():
         first = group[0]
-        plain = not first.once
+        # What a watcher sees is its own: under a narrower visibility no two watchers decide alike.
+        plain = not first.once and seeing.everything
         members = [s for s in group if plain and per_watcher_count[s.watcher_id] == 1]
         taken = {s.id for s in members}
         plans.append((first, _Shared(members) if members else None, [s for s in group if s.id not in taken]))
@@ -223,6 +234,8 @@ def match(events: list[Event]) -> Match:
                 if (subscription.id in fired or event.created_at < subscription.created_at
                         or event.session_id == subscription.watcher_id):
                     continue  # a conversation's own session is never watched
+                if not seeing.everything and not seeing.sees(subscription.watcher_id, event.session_id):
+                    continue  # nor one its watcher does not see
                 if idle_too:
                     found.active.setdefault(subscription.id, subscription)
                 if kind is not None:

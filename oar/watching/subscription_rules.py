@@ -4,6 +4,7 @@ under which name, and the delivery rules (`oar.watching.delivery`) it carries.""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import peewee as pw
 
@@ -86,10 +87,11 @@ def busy(session_ids: list[str]) -> bool:
     return turn or Task.select().where(Task.session.in_(session_ids) & (Task.status == TaskStatus.RUNNING)).exists()
 
 
-def watched_ids(subscription: Subscription) -> list[str]:
+def watched_ids(subscription: Subscription, visible: Any = None) -> list[str]:
+    """The sessions a subscription watches now; `visible`, a condition on `Session`, keeps only
+    those its watcher sees (docs/rules.md#visibility; None: every session)."""
     if subscription.scope == "sessions":
         return list(subscription.sessions or [])
-    rows = Session.select(Session.id).where(
-        (Session.archived == False) & (Session.deleted == False) & (Session.id != subscription.watcher_id)  # noqa: E712
-    )
+    live = (Session.archived == False) & (Session.deleted == False) & (Session.id != subscription.watcher_id)  # noqa: E712
+    rows = Session.select(Session.id).where(live if visible is None else live & visible)
     return [row.id for row in rows if row.id not in (subscription.exclude or [])]

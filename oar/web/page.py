@@ -30,7 +30,7 @@ from oar.core.errors import ActionError, invalid
 from oar.core.fields import unstorable_text
 from oar.core.models import Provider as ProviderRow
 from oar.owner import conversations, inbox, providers, relays, schedules, settings, signins, subscriptions
-from oar.sessions import sessions
+from oar.sessions import sessions, visibility
 from oar.web import page_auth, page_environment, page_filters, page_views, runtime
 from oar.web.auth import is_owner_token
 
@@ -49,6 +49,8 @@ SETTING_BOOLS = ("agent_sessions_enabled", "accept_agent_prompts", "allow_shell_
 SETTING_INTS = ("max_wait_seconds", "max_turn_seconds", "quiet_after_minutes", "rate_calls_per_minute",
                 "rate_writes_per_minute", "team_calls_per_minute", "team_writes_per_minute",
                 "max_running_tasks_per_session", "max_running_tasks", "max_task_minutes")
+# The owner's sessions_visibility choices as the form names them (docs/rules.md#visibility), widest first.
+VISIBILITY_CHOICES = {value: visibility.WHAT_IT_SEES[value] for value in ("all", "agent", "tree", "self")}
 # Provider options the form does not show; editing a provider of the same kind keeps them.
 PROVIDER_KEPT_OPTIONS = ("family", "billing", "workspace", "dotted_model_ids", "resume_args", "output_format", "end_of_options")
 PROVIDER_KINDS_OFFERED = ("chat", "responses", "anthropic", "cli", "external", "echo")
@@ -350,6 +352,7 @@ def settings_page(status: int = 200, **extra: Any) -> ResponseReturnValue:
     return render_template(
         "settings.html", page_kind="settings", values=values, providers=page_views.provider_list(),
         provider_values=editing or {"kind": "chat"}, kinds=PROVIDER_KINDS_OFFERED, sign_ins=signins.count(),
+        visibilities=VISIBILITY_CHOICES,
         paired=relays.list_relays(runtime()), pairing_tokens=relays.list_pairing_tokens(runtime()), **extra,
     ), status
 
@@ -370,6 +373,7 @@ def save_settings() -> ResponseReturnValue:
     for name in SETTING_INTS:
         changes[name] = whole_number(form_text(name))
     changes["relay_name"] = form_text("relay_name")
+    changes["sessions_visibility"] = form_text("sessions_visibility")
     changes["allowed_roots"] = [line.strip() for line in form_text("allowed_roots").splitlines() if line.strip()]
     try:
         if unstorable_text(changes):

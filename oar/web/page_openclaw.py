@@ -1,5 +1,5 @@
 """The Settings page's section for OpenClaw's session tools (docs/openclaw.md#settings): the
-ping-pong limit, visibility, the send policy and what sessions_spawn may do. A route of the
+ping-pong limit, the send policy and what sessions_spawn may do. A route of the
 page's blueprint (its CSRF check and sign-in guard apply) that calls the owner service as
 `PATCH /api/v1/owner/settings` does."""
 
@@ -31,8 +31,6 @@ def openclaw_settings() -> dict[str, Any]:
     return {
         "max_ping_pong_turns": stored.get("max_ping_pong_turns"),
         "ping_pong_range": defaults.OPENCLAW_MAX_PING_PONG_RANGE,
-        "visibility": stored.get("sessions_visibility"),
-        "visibilities": defaults.OPENCLAW_VISIBILITIES,
         "policy_default": policy.get("default", "allow"),
         "policy_rules": json.dumps(policy.get("rules", []), indent=2) if policy.get("rules") else "",
         "spawn_allow_agents": ", ".join(stored.get("spawn_allow_agents") or []),
@@ -53,7 +51,6 @@ def save_openclaw_settings() -> ResponseReturnValue:
             ) from None
         settings.change_settings(runtime(), {
             "max_ping_pong_turns": whole_number(form_text("max_ping_pong_turns").strip()),
-            "sessions_visibility": form_text("sessions_visibility"),
             "send_policy": {"rules": rules, "default": form_text("send_policy_default")},
             "spawn_allow_agents": comma_list(form_text("spawn_allow_agents")),
             "spawn_archive_after_minutes": whole_number(form_text("spawn_archive_after_minutes").strip()),

@@ -34,6 +34,7 @@ APPROVAL_LABELS = {
     "create_sessions": "start sessions on this relay",
     "watch_sessions": "watch sessions",
     "change_other_sessions": "change sessions it did not start",
+    "end_other_sessions": "stop and archive sessions it did not start",
 }
 # Roles of messages the relay itself writes: compact lines, never the user's.
 AUTOMATED_ROLES = ("event", "schedule", "system")

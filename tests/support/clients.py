@@ -13,7 +13,7 @@ from oar.core.errors import STATUS_BY_CODE
 
 # The approvals an owner grants a test's conversations ahead, so that tests about other things
 # are not stopped by first-use cards (card tests ask for none).
-PRE_APPROVED = ("create_sessions", "watch_sessions", "change_other_sessions")
+PRE_APPROVED = ("create_sessions", "watch_sessions", "change_other_sessions", "end_other_sessions")
 
 
 def poll(what: str, check: Callable[[], Any], seconds: float = 30, every: float = 0.05) -> Any:
