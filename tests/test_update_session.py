@@ -295,3 +295,16 @@ def test_an_unknown_session_is_not_found(relay: Relay, desk: Agent) -> None:
     body = desk.refused("update_session", "REMOTE_RELAY_NOT_FOUND", relay="this", session="0123456789abcdef",
                         title="x")
     assert body["error"] == 'Relay "desk" has no session "0123456789abcdef". Nothing was changed.'
+
+
+def test_it_refuses_to_move_a_session_into_the_relays_own_folders(relay: Relay, desk: Agent) -> None:
+    """The data directory, `work/` itself and another session's own folder are never a session's folder."""
+    child = desk.ok("create_session", relay="this", text="hello", wait_seconds=30)["session"]
+    other = desk.ok("create_session", relay="this", text="hello", wait_seconds=30)["session"]
+    work = relay.config.data_dir / "work"
+    for folder, says in ((relay.config.data_dir, "may not use folder"), (work, "holds every session's own folder"),
+                         (work / other, "a session's own folder")):
+        refused = desk.refused("update_session", "REMOTE_RELAY_INVALID_INPUT", relay="this", session=child, cwd=str(folder))
+        assert says in refused["error"] and refused["error"].endswith("Nothing was changed."), refused
+    moved = desk.ok("update_session", relay="this", session=child, cwd=str(work / child))
+    assert moved["settings"]["cwd"] == str((work / child).resolve())

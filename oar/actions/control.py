@@ -14,6 +14,7 @@ from oar.core.fields import Param
 from oar.core.models import Message, Session, Task
 from oar.core.shapes import CWD, EFFORT, GROUP, MODE, MODEL, RELAY, SESSION, TITLE
 from oar.core.statuses import LIVE_TURN, OPEN_TURN, TaskStatus, TurnStatus
+from oar.core.work_folders import RelayPlaces
 from oar.providers.choice import Requested, choose
 from oar.sessions import groups, sessions
 from oar.sessions import state as session_state
@@ -90,7 +91,8 @@ def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     if "cwd" in args:
         if provider.workspace == "repo":
             raise invalid(f"{provider.name} works in repositories; a session there has no folder. {UPDATE_NOTHING}")
-        folder = check_folder(args["cwd"], ctx.settings["allowed_roots"], UPDATE_NOTHING)
+        folder = check_folder(args["cwd"], ctx.settings["allowed_roots"], UPDATE_NOTHING,
+                              places=RelayPlaces.of(ctx.runtime.config), session_id=target.id)
         if folder != target.cwd:
             if session_state.is_busy(target):
                 raise ActionError(
