@@ -63,6 +63,23 @@ def _blank(value: Any) -> bool:
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
+# What a one-line text (a title, a name) may not hold: the C0 and C1 control characters, DEL,
+# and the Unicode line and paragraph separators. A line break in a session's title would start a
+# line of its own wherever the title is shown inside a line (an event line, a prompt's header).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def has_control_characters(text: str) -> bool:
+    return _CONTROL.search(text) is not None
+
+
+def one_line(text: str) -> str:
+    """`text` with each control character a space, stripped: for one-line text the relay is given
+    and must keep rather than refuse (a title taken from a prompt's first line, another relay's
+    session title)."""
+    return (_CONTROL.sub(" ", text) if _CONTROL.search(text) else text).strip()
+
+
 def unstorable_text(value: Any) -> bool:
     """Whether a JSON value holds text no database can store: a NUL character or a lone surrogate."""
     pending = [value]

@@ -16,6 +16,7 @@ from oar.actions.dispatch import dispatch
 from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid
 from oar.core.models import HeldEvent, Question, Subscription
+from oar.core.numbers import whole_or_refuse
 from oar.core.statuses import QuestionStatus, SubscriptionEndReason
 from oar.core.timeutil import iso, utcnow
 from oar.core.waiting import watched_by
@@ -129,12 +130,11 @@ def events() -> ResponseReturnValue:
     """What was delivered to the calling relay's conversations after `after` (the last id it kept;
     what it kept is removed here), the events still held for them, and their active subscriptions."""
     token = require_pairing()
-    after_text = request.args.get("after", "0")
-    if not after_text.isdigit() or len(after_text) > 18:
-        raise invalid("Give after: the id of the last delivery kept (0 for none). Nothing was done.")
+    after = whole_or_refuse("after", request.args.get("after", "0"),
+                            nothing="Give the id of the last delivery kept (0 for none). Nothing was done.")
     callers = {row.session_id: row.remote_session for row in RemoteCaller.select().where(RemoteCaller.pairing_token == token.id)}
     with write_transaction():
-        rows = outbox.fetch(list(callers), int(after_text), EVENTS_PER_FETCH)
+        rows = outbox.fetch(list(callers), after, EVENTS_PER_FETCH)
     still_held = HeldEvent.select(fn.COALESCE(fn.SUM(HeldEvent.count), 0)).where(
         HeldEvent.watcher.in_(list(callers)) & HeldEvent.delivered_at.is_null() & (HeldEvent.dropped == False)  # noqa: E712
     ).scalar() if callers else 0
