@@ -47,6 +47,8 @@ class Param:
     fields: Mapping[str, Param] = field(default_factory=dict, hash=False)
     # any: the shapes the value may take.
     alternatives: tuple[Param, ...] = ()
+    # str: one line of text (a title), without control characters (`has_control_characters`).
+    one_line: bool = False
 
 
 def is_empty(value: Any) -> bool:
@@ -140,6 +142,8 @@ def _checked(action: str, nothing: str, name: str, param: Param, value: Any) -> 
             raise invalid(
                 f"{action}: {name} is {len(value):,} characters; the limit is {param.max_length:,}. {nothing}".strip()
             )
+        if param.one_line and has_control_characters(value):
+            raise refuse("one line of text without line breaks, tabs or other control characters")
         if param.choices:
             lowered = value.strip().lower()
             if lowered not in param.choices:
