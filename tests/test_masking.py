@@ -117,3 +117,10 @@ def test_ordinary_output_is_left_alone(line: str) -> None:
 
 def test_a_prompt_for_a_password_does_not_mask_the_next_line() -> None:
     assert mask("Password:\nok, logged in") == "Password:\nok, logged in"
+
+
+def test_a_secret_named_in_a_key_nested_on_its_line_is_masked_whole() -> None:
+    """`yaml_secret: client_secret: abc…` was `**** abc…`: the nested key was taken for the value."""
+    assert mask("yaml_secret: client_secret: abc123secretvalue") == "yaml_secret: client_secret: ****"
+    assert mask("token: password: 'hunter2 hunter2'") == "token: password: '****'"
+    assert mask("password: abc:def") == "password: ****"

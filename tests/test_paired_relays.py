@@ -5,6 +5,7 @@ lab with build-box (for the hop limit)."""
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import re
@@ -332,15 +333,59 @@ def test_the_peer_api_takes_only_live_pairing_tokens_and_provenance(paired: dict
     assert garbage.status_code == 400 and garbage.json()["code"] == "REMOTE_RELAY_INVALID_INPUT"
     unknown = requests.post(call, json={"action": "launch"}, headers=good, timeout=10)
     assert unknown.status_code == 400 and unknown.json()["code"] == "REMOTE_RELAY_UNKNOWN_ACTION"
-    # A peer names no relays of its own to other relays' agents.
+    # A peer names no relays of its own to other relays' agents, nor lists them in the refusal:
+    # the same relays list_relays shows them, this one alone.
     onward = requests.post(call, json={"action": "list_sessions", "relay": "lab"}, headers=good, timeout=10)
     assert onward.status_code == 404 and onward.json()["code"] == "REMOTE_RELAY_UNKNOWN", onward.text
+    assert onward.json()["relays"] == [{"name": "build-box", "self": True}], onward.text
+    assert onward.json()["error"] == (
+        'No relay is named "lab". Relays: "build-box" (this relay).'), onward.text
+    listed = requests.post(call, json={"action": "list_relays"}, headers=good, timeout=10).json()
+    assert [r["name"] for r in listed["relays"]] == ["build-box"], listed
     assert requests.post(call, json=relay_info, headers=good, timeout=10).json()["name"] == "build-box"
     listed = build_box.owner.get("/api/v1/owner/pairing-tokens")["pairingTokens"]
     probe = next(t for t in listed if t["label"] == "probe")
     build_box.owner.request("DELETE", f"/api/v1/owner/pairing-tokens/{probe['id']}")
     revoked = requests.post(call, json=relay_info, headers=good, timeout=10)
     assert revoked.status_code == 401 and revoked.json()["code"] == "REMOTE_RELAY_UNAUTHORIZED"
+
+
+def test_a_pairing_token_holder_cannot_unlock_another_relay_or_reset_the_hops(paired: dict[str, Relay]) -> None:
+    """Provenance comes from the pairing (docs/relays.md#provenance): a holder of one of build-box's
+    pairing tokens who says it is lab unlocks nothing in the conversation its prompt reaches, and its
+    prompt has crossed at least one relay. lab itself, calling with its own pairing, does unlock lab."""
+    build_box, lab = paired["build-box"], paired["lab"]
+    holder = pairing_token(build_box.owner, "for a third relay")
+    target = build_box.owner.post("/api/v1/owner/sessions", {"title": "forged"})["session"]["id"]
+    forged = {"Authorization": f"Bearer {holder}", "X-OAR-Origin-Relay": "lab", "X-OAR-Origin-Session": "feedfacefeedface",
+              "X-OAR-Origin-Title": "pretend", "X-OAR-Hops": "0"}
+    send = {"action": "send", "relay": "this", "session": target, "text": "hello", "wait_seconds": 30}
+    sent = requests.post(f"{build_box.url}/api/peer/v1/call", json=send, headers=forged, timeout=60)
+    assert sent.status_code == 200 and sent.json()["status"] == "done", sent.text[:300]
+    on_box = build_box.agent_for(target)
+    seen = next(r for r in on_box.ok("list_relays")["relays"] if r["name"] == "lab")
+    assert seen["unlocked"] is False and seen.get("unlockedBy") is None, seen
+    on_box.refused("relay_info", "REMOTE_RELAY_LOCKED", relay="lab")
+    prompt = build_box.owner.get(f"/api/v1/owner/sessions/{target}")["messages"][0]
+    assert prompt["from"]["relay"] == "lab" and prompt["from"]["hops"] == 1, prompt  # what it said, as text
+
+    # lab does not hold that token (it says so to build-box, which asks with its own pairing for lab).
+    hashed = hashlib.sha256(holder.encode()).hexdigest()
+    lab_token = pairing_token(lab.owner, "probe from the test")
+    asked = requests.get(f"{lab.url}/api/peer/v1/holds", params={"sha256": hashed},
+                         headers={"Authorization": f"Bearer {lab_token}"}, timeout=10)
+    assert asked.status_code == 200 and asked.json() == {"ok": True, "holds": False}, asked.text
+    for bad in ("", "x" * 64, hashed.upper(), hashed + "0"):
+        refused = requests.get(f"{lab.url}/api/peer/v1/holds", params={"sha256": bad},
+                               headers={"Authorization": f"Bearer {lab_token}"}, timeout=10)
+        assert refused.status_code == 400 and refused.json()["code"] == "REMOTE_RELAY_INVALID_INPUT", refused.text
+
+    # An agent on lab prompts the same session: lab is unlocked there, by an agent.
+    agent = lab.conversation("from lab")
+    owner_writes(lab, agent, "@build-box")
+    assert agent.ok("send", relay="build-box", session=target, text="hello from lab", wait_seconds=60)["status"] == "done"
+    seen = next(r for r in on_box.ok("list_relays")["relays"] if r["name"] == "lab")
+    assert seen["unlocked"] is True and seen["unlockedBy"] == "agent", seen
 
 
 def test_a_revoked_token_is_refused_until_the_owner_gives_a_new_one(paired: dict[str, Relay]) -> None:
@@ -414,6 +459,8 @@ class FakePeer(BaseHTTPRequestHandler):
             self._send(307, b"", Location=f"http://127.0.0.1:{self.server.server_address[1]}/elsewhere")
         elif mode == "unknown code":
             self._send(400, b'{"ok": false, "code": "SOMETHING_ELSE", "error": "x"}')
+        elif mode == "code with other digits":
+            self._send(400, '{"ok": false, "code": "REMOTE_RELAY_HTTP_²²²", "error": "x"}'.encode())
 
 
 def test_a_peer_answering_garbage_or_not_at_all_gets_clear_errors_never_a_500(paired: dict[str, Relay]) -> None:
@@ -429,7 +476,7 @@ def test_a_peer_answering_garbage_or_not_at_all_gets_clear_errors_never_a_500(pa
             ("html", 502, "REMOTE_RELAY_OFFLINE"), ("list", 502, "REMOTE_RELAY_OFFLINE"),
             ("500", 502, "REMOTE_RELAY_HTTP_500"), ("404", 404, "REMOTE_RELAY_HTTP_404"),
             ("401", 502, "REMOTE_RELAY_UNAUTHORIZED"), ("redirect", 502, "REMOTE_RELAY_HTTP_307"),
-            ("unknown code", 400, "REMOTE_RELAY_HTTP_400"),
+            ("unknown code", 400, "REMOTE_RELAY_HTTP_400"), ("code with other digits", 400, "REMOTE_RELAY_HTTP_400"),
         ]:
             FakePeer.mode = mode
             got, body = agent.call("relay_info", relay="odd-box")

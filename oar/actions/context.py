@@ -12,6 +12,7 @@ from oar.core import settings
 from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
+from oar.federation.models import PairingToken
 from oar.sessions import sessions, visibility
 from oar.turns.turns import Provenance
 
@@ -35,6 +36,8 @@ class Caller:
     turn: Message | None = None
     # Relay crossings behind a remote caller's prompt (a local caller's are read from its turns).
     remote_hops: int = 0
+    # The pairing token a remote caller called with: what it is known by here (docs/relays.md#provenance).
+    pairing: PairingToken | None = None
 
     @classmethod
     def local(cls, session: Session, turn: Message | None = None) -> Caller:

@@ -19,7 +19,8 @@ from oar.core.statuses import IN_PROGRESS_TURN, OPEN_TURN, TurnStatus
 from oar.core.timeutil import utcnow
 from oar.core.waiting import current_watch
 from oar.core.work_folders import RelayPlaces, ensure_own_folder
-from oar.federation import peers
+from oar.federation import peers, provenance
+from oar.federation.models import Peer
 from oar.providers.base import Provider
 from oar.providers.choice import Requested, choose, pick_provider
 from oar.sessions import groups, rules, sessions
@@ -119,14 +120,15 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         folder=target.cwd or target.repo, excerpt=args["text"], counted=True,
         lines=chosen.card_lines,
     ))
+    unlocks = _relay_to_unlock(ctx, target.id)
     with write_transaction():
         Session.update(mode=mode, model=model, effort=effort, provider=provider.name).where(Session.id == target.id).execute()
         target = Session.get_by_id(target.id)
         message = turns.insert_prompt(
             target, ctx.prompt_text(args["text"]), ctx.provenance(), mode=mode, model=model, effort=effort
         )
-        if ctx.calling.relay is not None:
-            peers.note_remote_prompt(target, ctx.calling.relay)
+        if unlocks is not None:
+            peers.note_remote_prompt(target, unlocks)
         loop.count_prompt(ctx.caller)
     turns.start_turns(ctx.runtime, target.id)
     entry = waited_result(ctx, message, args)
@@ -177,6 +179,7 @@ def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         folder=cwd or repo, excerpt=args["text"], counted=True,
         lines=(f'Title: {title}', *((f"Group: {groups.display_name(group)} ({group.id})",) if group else ())),
     ))
+    unlocks = _relay_to_unlock(ctx, None)
     with write_transaction():
         session = sessions.create(
             title=title, provider=provider.name, model=model, effort=effort, mode=mode,
@@ -198,8 +201,8 @@ def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         message = turns.insert_prompt(
             session, ctx.prompt_text(args["text"]), ctx.provenance(), mode=mode, model=model, effort=effort
         )
-        if ctx.calling.relay is not None:
-            peers.note_remote_prompt(session, ctx.calling.relay)
+        if unlocks is not None:
+            peers.note_remote_prompt(session, unlocks)
         loop.count_prompt(caller)
     turns.start_turns(ctx.runtime, session.id)
     entry = waited_result(ctx, message, args)
@@ -215,6 +218,15 @@ def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         f'create_session → {ctx.relay_name}: session {session.id[:8]} "{title}" {turns.summary_status(entry)}'
     )
     return entry
+
+
+def _relay_to_unlock(ctx: CallContext, session_id: str | None) -> Peer | None:
+    """The paired relay a prompt from another relay's agent unlocks in the session it arrives in:
+    asked before the prompt's transaction, since it asks that relay (docs/relays.md#provenance)."""
+    calling = ctx.calling
+    if calling.relay is None or calling.pairing is None:
+        return None
+    return provenance.relay_to_unlock(ctx.runtime, calling.pairing, calling.relay, session_id)
 
 
 def _workspace(

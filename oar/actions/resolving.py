@@ -25,11 +25,14 @@ def resolve_target(ctx: CallContext, spec: ActionSpec, args: dict[str, Any]) -> 
     wanted = relay.strip()
     if wanted.lower() == "this" or wanted.casefold() == ctx.relay_name.casefold():
         return ThisRelay.of(ctx)
-    # Other relays' agents act on this relay only: a paired relay of this one is not theirs to name.
+    # Other relays' agents act on this relay only: a paired relay of this one is not theirs to name,
+    # nor to learn of from a refusal (list_relays shows them this relay alone).
     found = peers.matching(wanted) if ctx.calling.is_local else []
     if len(found) == 1:
         return PeerTarget(found[0])
-    everyone = [{"name": ctx.relay_name, "self": True}] + [{"name": peer.name} for peer in Peer.select().order_by(Peer.created_at)]
+    everyone: list[dict[str, Any]] = [{"name": ctx.relay_name, "self": True}]
+    if ctx.calling.is_local:
+        everyone += [{"name": peer.name} for peer in Peer.select().order_by(Peer.created_at)]
     if found:
         names = ", ".join(f'"{peer.name}"' for peer in found)
         raise ActionError(
@@ -41,5 +44,5 @@ def resolve_target(ctx: CallContext, spec: ActionSpec, args: dict[str, Any]) -> 
     raise ActionError(
         "REMOTE_RELAY_UNKNOWN",
         f'No relay is named "{wanted[:100]}". Relays: {listed}. {spec.nothing}'.strip(),
-        relays=everyone[:20] if ctx.calling.is_local else everyone[:1],
+        relays=everyone[:20],
     )

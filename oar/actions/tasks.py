@@ -56,7 +56,7 @@ def read_task_output(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         "session": session.id,
         "task": {
             "id": task.id,
-            "description": task.description,
+            "description": task_views.shown_description(task),
             "type": task.type,
             "status": task.status,
             "exitCode": task.exit_code,

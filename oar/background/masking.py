@@ -108,8 +108,10 @@ _SECRET_WORD = re.compile(
     r"password|passwd|pwd|secret|token(?!s)|api[_-]?key|access[_-]?key|private[_-]?key|auth[_-]?key"
     r"|credential|accountkey"
 )  # searched in the ASCII-lowered text: a case-insensitive search is three times slower
+# After the separator, YAML-style keys nested on the same line (`yaml_secret: client_secret: abc`):
+# the secret is the value after the last of them, not the next key's name.
 _NAMED_VALUE = re.compile(
-    r"""[a-zA-Z0-9_.-]{0,40}?(["']?[ \t]*[=:][ \t]*)("[^"\n]*"|'[^'\n]*'|[^\s,;&"']+)"""
+    r"""[a-zA-Z0-9_.-]{0,40}?(["']?[ \t]*[=:][ \t]*(?:[a-zA-Z0-9_.-]{1,40}:[ \t]+)*)("[^"\n]*"|'[^'\n]*'|[^\s,;&"']+)"""
 )
 # --password value, --api-key value.
 _SECRET_FLAG = re.compile(

@@ -12,6 +12,7 @@ from typing import Any
 from peewee import fn
 
 from oar.background import output_files, task_output
+from oar.background.masking import mask
 from oar.core.models import Session, Task
 from oar.core.prepared import Prepared
 from oar.core.runtime import Runtime
@@ -71,10 +72,16 @@ def shown_for(runtime: Runtime, session_ids: Iterable[str], now: datetime) -> di
     return shown
 
 
+def shown_description(task: Task) -> str:
+    """A task's description as agents and the page see it: masked like its output
+    (docs/tasks.md#read_task_output), since it is the task's command unless the agent gave one."""
+    return mask(task.description or "")
+
+
 def entry(runtime: Runtime, task: Task, now: datetime, quiet_after_minutes: int) -> dict[str, Any]:
     item: dict[str, Any] = {
         "taskId": task.id,
-        "description": task.description,
+        "description": shown_description(task),
         "type": task.type,
         "status": task.status,
         "exitCode": task.exit_code,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from typing import Any
@@ -224,6 +225,26 @@ def _docs(write: bool) -> int:
     return 0
 
 
+def _argument_value(text: str) -> Any:
+    """`key=value`'s value as JSON when it is JSON a relay takes, else the text itself: `NaN`,
+    `Infinity` and `1e400` stay text (JSON has no such numbers; the relay names the argument)."""
+    try:
+        return json.loads(text, parse_constant=_not_json, parse_float=_finite)
+    except ValueError:
+        return text
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text} is not a finite number")
+    return number
+
+
 def _call(action: str, pairs: list[str]) -> int:
     """Call relay_tool (or one of OpenClaw's session tools) over HTTP as the session whose token is in OAR_TOKEN."""
     import requests
@@ -238,10 +259,7 @@ def _call(action: str, pairs: list[str]) -> int:
         if not sep:
             print(f"oar call: {pair!r} is not key=value", file=sys.stderr)
             return 2
-        try:
-            payload[key] = json.loads(value)
-        except ValueError:
-            payload[key] = value
+        payload[key] = _argument_value(value)
     token = os.environ.get("OAR_TOKEN")
     if not token:
         print("oar call: set OAR_TOKEN to a session's agent token", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from oar.core import defaults
@@ -43,6 +44,9 @@ STATUS_BY_CODE: dict[str, int] = {
 }
 
 
+_PEER_HTTP_CODE = re.compile("REMOTE_RELAY_HTTP_([0-9]{3})")
+
+
 class ActionError(Exception):
     """A refused or failed call. `message` says what was wrong and what was not done."""
 
@@ -75,10 +79,12 @@ class ActionError(Exception):
 def peer_http_status(code: str) -> int | None:
     """The status of `REMOTE_RELAY_HTTP_<n>` (a paired relay answered HTTP n with no code of its
     own): 4xx passed through, every other n 502; None for any other code."""
-    prefix = "REMOTE_RELAY_HTTP_"
-    if not code.startswith(prefix) or not code[len(prefix):].isdigit() or len(code) != len(prefix) + 3:
+    # Three ASCII digits: a paired relay's answer may hold any code (`str.isdigit` takes `²²²`,
+    # which `int` refuses).
+    found = _PEER_HTTP_CODE.fullmatch(code) if isinstance(code, str) else None
+    if found is None:
         return None
-    n = int(code[len(prefix):])
+    n = int(found[1])
     return n if 400 <= n < 500 else 502
 
 

@@ -47,6 +47,8 @@ class Param:
     fields: Mapping[str, Param] = field(default_factory=dict, hash=False)
     # any: the shapes the value may take.
     alternatives: tuple[Param, ...] = ()
+    # str: one line of text (a title), without control characters (`has_control_characters`).
+    one_line: bool = False
 
 
 def is_empty(value: Any) -> bool:
@@ -61,6 +63,23 @@ def _blank(value: Any) -> bool:
 # What no database stores: NUL, and code points in the surrogate range (in a Python string
 # always lone: a JSON pair "\ud83d\ude00" decodes to one code point).
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+# What a one-line text (a title, a name) may not hold: the C0 and C1 control characters, DEL,
+# and the Unicode line and paragraph separators. A line break in a session's title would start a
+# line of its own wherever the title is shown inside a line (an event line, a prompt's header).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def has_control_characters(text: str) -> bool:
+    return _CONTROL.search(text) is not None
+
+
+def one_line(text: str) -> str:
+    """`text` with each control character a space, stripped: for one-line text the relay is given
+    and must keep rather than refuse (a title taken from a prompt's first line, another relay's
+    session title)."""
+    return (_CONTROL.sub(" ", text) if _CONTROL.search(text) else text).strip()
 
 
 def unstorable_text(value: Any) -> bool:
@@ -123,6 +142,8 @@ def _checked(action: str, nothing: str, name: str, param: Param, value: Any) -> 
             raise invalid(
                 f"{action}: {name} is {len(value):,} characters; the limit is {param.max_length:,}. {nothing}".strip()
             )
+        if param.one_line and has_control_characters(value):
+            raise refuse("one line of text without line breaks, tabs or other control characters")
         if param.choices:
             lowered = value.strip().lower()
             if lowered not in param.choices:

@@ -24,6 +24,8 @@ import signal
 import sys
 import threading
 
+from oar.core.numbers import read_whole
+
 log = logging.getLogger("oar.lifeline")
 
 # The environment variable by which the launcher tells its children its pid: a child started
@@ -73,8 +75,7 @@ def take_launcher_pid() -> int | None:
     Taken out of the environment, so that what this process starts (gunicorn's workers, a
     task's shell command) does not take the launcher for its own parent.
     """
-    value = os.environ.pop(LAUNCHER_PID_VARIABLE, "")
-    return int(value) if value.isdigit() else None
+    return read_whole(os.environ.pop(LAUNCHER_PID_VARIABLE, ""), 1)
 
 
 def watch_parent(parent_pid: int) -> threading.Thread:

@@ -93,6 +93,8 @@ def limits_text(param: Param) -> str:
         parts.append(f"at most {param.maximum:,}")
     if param.max_length is not None:
         parts.append(f"up to {param.max_length:,} characters")
+    if param.one_line:
+        parts.append("one line, no control characters")
     if param.max_items is not None:
         parts.append(f"up to {param.max_items:,} items")
     if param.items is not None and limits_text(param.items):

@@ -15,7 +15,7 @@ from oar.core import defaults
 from oar.core.config import Config
 from oar.core.db import database, write_transaction
 from oar.core.errors import invalid
-from oar.core.fields import Param
+from oar.core.fields import Param, has_control_characters
 from oar.core.models import Setting
 from oar.core.prepared import Prepared
 
@@ -38,8 +38,9 @@ def _int_in(low: int, high: int) -> Callable[[str, Any], int]:
 
 
 def _name(name: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.strip() or len(value) > 100:
-        raise invalid(f"{name} must be a name of 1 to 100 characters. Nothing was changed.")
+    # One line: the relay's name goes into other relays' prompt headers (docs/relays.md#provenance).
+    if not isinstance(value, str) or not value.strip() or len(value) > 100 or has_control_characters(value):
+        raise invalid(f"{name} must be a name of 1 to 100 characters on one line. Nothing was changed.")
     return value.strip()
 
 

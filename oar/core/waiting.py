@@ -12,6 +12,7 @@ at most one re-check period, never data.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
@@ -104,7 +105,12 @@ def wait_on_signals(
     While it sleeps it holds no database connection (given back through
     `released_connection`, unless the caller holds a transaction), no transaction, no lock
     and no Redis connection of its own (the process's one `WakeHub` listener wakes it).
+
+    `seconds` is a finite number of at least 0 (else a ValueError): a `nan` deadline never
+    passes, and would hold the caller's thread for good whatever its caller meant.
     """
+    if seconds is not None and not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(f"a wait takes a finite number of seconds of at least 0, not {seconds!r}")
     deadline = None if seconds is None else time.monotonic() + seconds
     watch = _caller_watch.get()
     if watch is not None and watch.wake_channels:

@@ -28,6 +28,8 @@ from oar import __version__
 from oar.core import defaults
 from oar.core.db import release_connection
 from oar.core.errors import STATUS_BY_CODE, ActionError, peer_http_status
+from oar.core.fields import has_control_characters, one_line
+from oar.core.numbers import read_whole
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,10 @@ HEADERS = {
     "acts_for_user": "X-OAR-Acts-For-User",
     "wait_seconds": "X-OAR-Wait-Seconds",
 }
+# The largest hop count and wait a call may say it carries: far above what a relay sends (hops
+# past 2 need the owner's mention at each crossing; a wait is at most 86,400 s, `wait_seconds`'s range).
+MAX_HOPS_SAID = 1000
+MAX_WAIT_SAID = 86_400
 
 
 @dataclass(frozen=True)
@@ -70,29 +76,44 @@ class Origin:
 
     @classmethod
     def from_headers(cls, headers: Any) -> Origin | None:
-        """The provenance a call carries, or None when a required header is missing or wrong."""
-        def text(field: str, limit: int) -> str | None:
-            raw = headers.get(HEADERS[field])
-            if raw is None:
-                return None
-            value = unquote(raw, errors="strict") if raw else ""
-            return value[:limit]
-
+        """The provenance a call carries, or None when a required header is missing or any is
+        wrong: text that is not percent-encoded UTF-8, a relay name, session id or mode holding a
+        control character, a count that is not ASCII digits in range. A title or model with
+        control characters is kept as one line (`one_line`): it is another relay's text."""
         try:
-            relay, session, title = text("relay", 200), text("session", 64), text("session_title", 200)
-            hops_text, mode = text("hops", 4), text("mode", 8) or "agent"
-            wait_text = text("wait_seconds", 8)
+            relay, session = _header_text(headers, "relay", 200), _header_text(headers, "session", 64)
+            title, model = _header_text(headers, "session_title", 200), _header_text(headers, "model", 200)
+            mode = _header_text(headers, "mode", 8) or "agent"
         except UnicodeDecodeError:
             return None
-        if not relay or not session or title is None or not hops_text or not hops_text.isdigit():
+        if not relay or not session or title is None or mode not in ("agent", "ask", "plan"):
             return None
-        if mode not in ("agent", "ask", "plan") or (wait_text is not None and not wait_text.isdigit()):
+        if has_control_characters(relay) or has_control_characters(session):
+            return None
+        hops = _header_count(headers, "hops", MAX_HOPS_SAID)
+        wait_text = headers.get(HEADERS["wait_seconds"])
+        wait_seconds = _header_count(headers, "wait_seconds", MAX_WAIT_SAID) if wait_text is not None else None
+        if hops is None or (wait_text is not None and wait_seconds is None):
             return None
         return cls(
-            relay=relay, session=session, session_title=title, model=text("model", 200) or None, mode=mode,
-            hops=int(hops_text), acts_for_user=headers.get(HEADERS["acts_for_user"], "1") != "0",
-            wait_seconds=int(wait_text) if wait_text is not None else None,
+            relay=relay, session=session, session_title=one_line(title), model=one_line(model or "") or None,
+            mode=mode, hops=hops, acts_for_user=headers.get(HEADERS["acts_for_user"], "1") != "0",
+            wait_seconds=wait_seconds,
         )
+
+
+def _header_text(headers: Any, field: str, limit: int) -> str | None:
+    """A text header, percent-decoded as UTF-8 (a UnicodeDecodeError when it is not), cut to `limit`."""
+    raw = headers.get(HEADERS[field])
+    if raw is None:
+        return None
+    return unquote(raw, errors="strict")[:limit] if raw else ""
+
+
+def _header_count(headers: Any, field: str, maximum: int) -> int | None:
+    """A count header: ASCII digits from 0 to `maximum` (oar.core.numbers), else None."""
+    raw = headers.get(HEADERS[field])
+    return read_whole(raw, 0, maximum) if raw is not None else None
 
 
 class PeerLink:

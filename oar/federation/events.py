@@ -26,6 +26,7 @@ from oar.core import jobs, keys
 from oar.core.db import lock_rows, write_transaction
 from oar.core.errors import ActionError
 from oar.core.models import Session
+from oar.core.numbers import INT64_MAX
 from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
 from oar.federation import peers
@@ -171,7 +172,11 @@ def _keep(runtime: Runtime, peer: Peer, answer: dict[str, Any], now: datetime) -
 
 
 def _is_delivery(entry: Any) -> bool:
-    return (isinstance(entry, dict) and isinstance(entry.get("id"), int) and isinstance(entry.get("session"), str)
+    """A delivery as the paired relay answers it; its id becomes this relay's cursor, a 64-bit column."""
+    if not isinstance(entry, dict):
+        return False
+    delivery_id = entry.get("id")
+    return (type(delivery_id) is int and 0 < delivery_id <= INT64_MAX and isinstance(entry.get("session"), str)
             and isinstance(entry.get("text"), str))
 
 

@@ -205,8 +205,8 @@ def note_owner_message(session_id: str, text: str) -> list[str]:
     return sorted(peers[key].name for key in keys)
 
 
-def note_remote_prompt(session: Session, origin_relay: str) -> None:
-    """A prompt from an agent on `origin_relay` arrived in `session`: that relay, when this one is
-    paired with it, is unlocked there by an agent (docs/relays.md#locks)."""
-    for peer in Peer.select().where(Peer.remote_name == origin_relay):
-        PeerUnlock.insert(peer=peer.id, session=session.id, by="agent").on_conflict_ignore().execute()
+def note_remote_prompt(session: Session, peer: Peer) -> None:
+    """A prompt from an agent on `peer` arrived in `session` (that relay proved it holds the pairing
+    token the prompt came with, `provenance.relay_to_unlock`): it is unlocked there by an agent
+    (docs/relays.md#locks)."""
+    PeerUnlock.insert(peer=peer.id, session=session.id, by="agent").on_conflict_ignore().execute()

@@ -145,8 +145,11 @@ def write_as_user(runtime: Runtime, session_id: str, payload: dict[str, Any]) ->
 
 
 def issue_token(runtime: Runtime, session_id: str) -> tuple[Session, str]:
-    """A new agent token for a session (shown once); its other tokens stay valid."""
+    """A new agent token for a session (shown once); its other tokens stay valid. An archived
+    session's tokens do not work (docs/sessions.md#archive): it gets none."""
     session = owner_session(runtime, session_id)
+    if session.archived:
+        raise not_found(f"Session {session.id[:8]} is archived: an agent token of it would not work. Nothing was created.")
     with write_transaction():
         token = sessions.issue_token(session)
     return session, token

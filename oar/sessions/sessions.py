@@ -6,6 +6,7 @@ from typing import Any
 
 from oar.core import defaults, ids, settings
 from oar.core.errors import not_found
+from oar.core.fields import one_line
 from oar.core.models import AgentToken, Session
 from oar.core.prepared import Prepared
 from oar.core.timeutil import iso, utcnow
@@ -119,7 +120,9 @@ def session_by_token(token: str) -> Session | None:
 
 
 def title_from(text: str) -> str:
-    first = next((line.strip() for line in text.splitlines() if line.strip() and not line.startswith("!")), "")
+    """A title from a prompt's first line: one line, its control characters spaces (docs/sessions.md)."""
+    lines = (one_line(line) for line in text.splitlines() if not line.startswith("!"))
+    first = next((line for line in lines if line), "")
     first = first or "New session"
     return first if len(first) <= 60 else first[:59] + "…"
 

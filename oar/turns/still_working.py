@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from oar.background import task_views
 from oar.core import keys
 from oar.core.models import Message, Task
 from oar.core.prepared import Prepared
@@ -76,7 +77,8 @@ def report(entry: dict[str, Any], running: list[Task], quiet_seconds: float) -> 
         "status": TurnStatus.RUNNING,
         "firstReply": entry["reply"],
         "background": {
-            "tasks": [{"taskId": t.id, "description": t.description, "status": t.status} for t in running],
+            "tasks": [{"taskId": t.id, "description": task_views.shown_description(t), "status": t.status}
+                      for t in running],
             "running": len(running),
         },
         "note": BACKGROUND_NOTE.format(seconds=quiet_seconds),

@@ -137,7 +137,7 @@ def create_app(config: Config | None = None) -> Flask:
     @app.errorhandler(ActionError)
     def action_error(error: ActionError) -> ResponseReturnValue:
         if page.is_page_request():
-            return page.error_page(error.status, error.message)
+            return page.error_page(error.status, error.message, error.code)
         return jsonify(error.to_dict()), error.status
 
     @app.errorhandler(HTTPException)

@@ -30,6 +30,11 @@ def require_agent() -> Session:
     session = sessions.session_by_token(token)
     if session is None:
         raise unauthorized("That token is not a valid agent token on this relay. Nothing was done.")
+    if session.archived:  # archiving ends the session's work, its agent's calls too (docs/sessions.md#archive)
+        raise unauthorized(
+            f"That agent token belongs to session {session.id[:8]}, which is archived: its tokens no longer work. "
+            "Nothing was done."
+        )
     return session
 
 

@@ -9,28 +9,36 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 
 from flask import Blueprint, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from oar import providers
-from oar.core.errors import invalid, not_found
+from oar.core.errors import ActionError, invalid, not_found
 from oar.core.fields import Param, check_fields
 from oar.core.models import Message, Session
+from oar.core.numbers import whole_or_refuse
 from oar.core.ratelimit import refuse_over_limit
 from oar.core.statuses import LIVE_TURN
 from oar.core.wait_slots import wait_slot
+from oar.core.waiting import CallerGone, watched_by
 from oar.turns import external
 from oar.web import runtime
 from oar.web.auth import require_agent
 from oar.web.bodies import json_body
+from oar.web.connection import connection_watch
 from oar.web.described import MAYBE_OBJECT, SESSION, TEXT, Operation, described
+
+log = logging.getLogger(__name__)
 
 blueprint = Blueprint("external", __name__, url_prefix="/api/v1/external")
 
-# The longest long poll.
+# The longest long poll, and the one a poll without wait_seconds makes.
 MAX_POLL_SECONDS = 60
-NEXT_QUERY = {"wait_seconds": Param("int", minimum=0, maximum=MAX_POLL_SECONDS, description="seconds to wait (default 30)")}
+DEFAULT_POLL_SECONDS = 30
+NEXT_QUERY = {"wait_seconds": Param("int", minimum=0, maximum=MAX_POLL_SECONDS,
+                                    description=f"whole seconds to wait (default {DEFAULT_POLL_SECONDS})")}
 POST_FIELDS = {
     "text": Param("str", max_length=100_000),
     "activity": Param("str", max_length=500),
@@ -51,19 +59,28 @@ def _external_session() -> Session:
 @blueprint.get("/next")
 @described(Operation(
     summary="Long-poll for the next turn of an external agent's session", caller=SESSION, tag="external",
-    query=NEXT_QUERY, answer={"turn": MAYBE_OBJECT}, errors=(400, 429),
+    query=NEXT_QUERY, answer={"turn": MAYBE_OBJECT}, errors=(400, 429, 499),
 ))
 def next_turn() -> ResponseReturnValue:
     session = _external_session()
-    try:
-        wait = min(max(float(request.args.get("wait_seconds", 30)), 0.0), MAX_POLL_SECONDS)
-    except ValueError:
-        raise invalid("wait_seconds must be a number of seconds. Nothing was done.") from None
+    # Whole seconds in ASCII digits, 0–60, as the OpenAPI document says: no `nan` or `inf`, whose
+    # deadline never passes (docs/providers.md#external).
+    wait = whole_or_refuse("wait_seconds", request.args.get("wait_seconds", str(DEFAULT_POLL_SECONDS)),
+                           maximum=MAX_POLL_SECONDS, nothing="Nothing was done.")
     # A poll is a call of the session's conversation, and a long one holds a web thread as a
     # waiting relay_tool call does (docs/limits.md#waits-at-once).
     refuse_over_limit(runtime(), session.id, is_write=False, nothing="Nothing was done.")
-    with wait_slot(runtime(), session.id, "Nothing was done.") if wait > 0 else contextlib.nullcontext():
-        turn = external.next_turn(runtime(), session.id, wait)
+    try:
+        # The caller's watch first: the slot's lease is renewed on its pulse (oar/core/wait_slots.py).
+        with (
+            watched_by(connection_watch(request.environ)),
+            wait_slot(runtime(), session.id, "Nothing was done.") if wait > 0 else contextlib.nullcontext(),
+        ):
+            turn = external.next_turn(runtime(), session.id, wait)
+    except CallerGone:  # the agent process closed its connection: nobody reads this answer
+        log.info("external/next of session %s: the caller stopped waiting", session.id[:8])
+        gone = ActionError("REMOTE_RELAY_CALLER_GONE", "The caller stopped waiting. Nothing was done.")
+        return jsonify(gone.to_dict()), gone.status
     if turn is None:
         return jsonify({"ok": True, "turn": None})
     return jsonify({"ok": True, "turn": {

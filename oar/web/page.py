@@ -7,7 +7,6 @@ token and every action calls the same owner service function (`oar.owner`) as th
 
 from __future__ import annotations
 
-import re
 import shlex
 import unicodedata
 from typing import Any
@@ -29,6 +28,7 @@ from werkzeug.exceptions import HTTPException
 from oar.core.errors import ActionError, invalid
 from oar.core.fields import unstorable_text
 from oar.core.models import Provider as ProviderRow
+from oar.core.numbers import INT64_MAX, read_whole
 from oar.owner import conversations, inbox, providers, relays, schedules, settings, signins, subscriptions
 from oar.sessions import sessions, visibility
 from oar.web import page_auth, page_environment, page_filters, page_views, runtime
@@ -54,7 +54,6 @@ VISIBILITY_CHOICES = {value: visibility.WHAT_IT_SEES[value] for value in ("all",
 # Provider options the form does not show; editing a provider of the same kind keeps them.
 PROVIDER_KEPT_OPTIONS = ("family", "billing", "workspace", "dotted_model_ids", "resume_args", "output_format", "end_of_options")
 PROVIDER_KINDS_OFFERED = ("chat", "responses", "anthropic", "cli", "external", "echo")
-WHOLE_NUMBER = re.compile(r"^\s*-?\d{1,18}\s*$")
 
 
 @blueprint.record_once
@@ -363,8 +362,11 @@ def settings_view() -> ResponseReturnValue:
 
 
 def whole_number(text: str) -> Any:
-    """The form's text as a number when it is one; else the text, which the check refuses by name."""
-    return int(text) if WHOLE_NUMBER.match(text) else text
+    """The form's text as a number when it is one (oar.core.numbers: ASCII digits, a sign allowed so
+    that the check names the range; the white space a form field keeps around it dropped); else the
+    text, which the check refuses by name."""
+    number = read_whole(text.strip(), -INT64_MAX, INT64_MAX, signed=True)
+    return text if number is None else number
 
 
 @blueprint.post("/settings")
@@ -468,16 +470,20 @@ def delete_provider(name: str) -> ResponseReturnValue:
 
 # Errors -----------------------------------------------------------------------------------------
 
+# The code a live endpoint's error answers with when it came with none (an HTTP error, a failure).
+LIVE_CODES = {404: "REMOTE_RELAY_NOT_FOUND", 500: "REMOTE_RELAY_INTERNAL", 503: "REMOTE_RELAY_DATABASE_BUSY"}
 CSRF_REFUSED = (
     "The form was refused: its security token (CSRF) was missing or did not match this browser's. "
     "Nothing was changed. Reload the page and try again."
 )
 
 
-def error_page(status: int, message: str) -> ResponseReturnValue:
-    """A small HTML error page for page paths (JSON for the live endpoints); never a stack trace."""
+def error_page(status: int, message: str, code: str | None = None) -> ResponseReturnValue:
+    """A small HTML error page for page paths (JSON for the live endpoints, in the API's error
+    shape: docs/errors.md); never a stack trace."""
     if request.path.startswith("/live/"):
-        return jsonify({"ok": False, "error": message}), status
+        code = code or LIVE_CODES.get(status, "REMOTE_RELAY_INVALID_INPUT")
+        return jsonify({"ok": False, "code": code, "error": message}), status
     return render_template("error.html", status=status, message=message), status
 
 

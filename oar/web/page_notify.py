@@ -14,6 +14,7 @@ from flask import Response, jsonify, request, send_from_directory, url_for
 from flask.typing import ResponseReturnValue
 
 from oar.core.errors import ActionError
+from oar.core.numbers import whole_or_refuse
 from oar.notifications.kinds import CHOOSABLE, ChannelType
 from oar.owner import notifications, settings
 from oar.web import runtime
@@ -82,8 +83,10 @@ def unsubscribe_browser(subscription_id: str) -> ResponseReturnValue:
 @blueprint.get("/live/notifications")
 def live_notifications() -> ResponseReturnValue:
     """The Inbox count and the page channels' notifications after `after` (the page polls it)."""
-    after = request.args.get("after", "")
-    return jsonify({"ok": True, **notifications.page_feed(runtime(), int(after) if after.isdigit() else None)})
+    after = request.args.get("after")
+    since = None if after is None else whole_or_refuse(
+        "after", after, nothing="Give the id of the last notification shown, or no after for none.")
+    return jsonify({"ok": True, **notifications.page_feed(runtime(), since)})
 
 
 @blueprint.post("/settings/notifications")

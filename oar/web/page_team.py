@@ -14,6 +14,7 @@ from flask.typing import ResponseReturnValue
 
 from oar.core import defaults
 from oar.core.errors import ActionError
+from oar.core.numbers import whole_or_refuse
 from oar.owner import team_runs
 from oar.web import page_views, runtime
 from oar.web.page import blueprint, done, form_text, payload_of, refused
@@ -45,8 +46,7 @@ def team_run_page(run_id: str) -> ResponseReturnValue:
 @blueprint.get("/live/team-runs/<run_id>")
 def live_team_run(run_id: str) -> ResponseReturnValue:
     rt = runtime()
-    after = request.args.get("after", "0")
-    since = int(after) if after.isdigit() else 0
+    since = whole_or_refuse("after", request.args.get("after", "0"), nothing="Give the id of the last thought shown (0 for none).")
     return jsonify({"ok": True, "regions": team_runs.run_versions(rt, run_id),
                     "thoughts": team_runs.recent_thoughts(rt, run_id, since)})
 

@@ -2,7 +2,9 @@
 call here. Every call carries a pairing token this relay gave out and the caller's provenance
 (origin relay, conversation, session title, model, mode, hop count, how long it can wait) as
 headers; the action then goes through the same dispatcher as this relay's own agents' calls, with
-this relay's own checks and rules, as the calling conversation's stand-in here."""
+this relay's own checks and rules, as the calling conversation's stand-in here. The headers are
+the calling relay's own word: what they may unlock comes from the pairing token
+(`oar.federation.provenance`, docs/relays.md#provenance)."""
 
 from __future__ import annotations
 
@@ -15,11 +17,13 @@ from oar.actions.context import CallContext, Caller
 from oar.actions.dispatch import dispatch
 from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid
+from oar.core.fields import Param
 from oar.core.models import HeldEvent, Question, Subscription
+from oar.core.numbers import whole_or_refuse
 from oar.core.statuses import QuestionStatus, SubscriptionEndReason
 from oar.core.timeutil import iso, utcnow
 from oar.core.waiting import watched_by
-from oar.federation import callers, pairing
+from oar.federation import callers, pairing, provenance
 from oar.federation.client import API, Origin
 from oar.federation.models import PairingToken, RemoteCaller
 from oar.watching import lifetime, outbox
@@ -27,9 +31,10 @@ from oar.web import runtime
 from oar.web.auth import bearer_token, unauthorized
 from oar.web.bodies import json_body
 from oar.web.connection import connection_watch
-from oar.web.described import OBJECTS, PEER, TEXT, TEXTS, Operation, described
+from oar.web.described import FLAG, OBJECTS, PEER, TEXT, TEXTS, Operation, described
 
 COUNT = {"type": "integer"}
+HOLDS_QUERY = {"sha256": Param("str", required=True, max_length=64, description="a pairing token's SHA-256, in hex")}
 
 blueprint = Blueprint("peer", __name__, url_prefix=API)
 
@@ -91,7 +96,7 @@ def call() -> ResponseReturnValue:
     stand_in = callers.stand_in(token, origin)
     remote = Caller(
         session_id=origin.session, session_title=origin.session_title, model=origin.model, relay=origin.relay,
-        remote_hops=origin.hops,
+        remote_hops=provenance.arriving_hops(origin.hops), pairing=token,
     )
     ctx = CallContext(runtime=runtime(), caller=stand_in, via="peer", remote=remote)
     if origin.wait_seconds is not None:
@@ -99,6 +104,19 @@ def call() -> ResponseReturnValue:
     with watched_by(connection_watch(request.environ)):
         status, answer = dispatch(ctx, payload)
     return jsonify(answer), status
+
+
+@blueprint.get("/holds")
+@described(Operation(summary="Whether a pairing of this relay holds the pairing token with that SHA-256 (proves a call's origin)",
+                     caller=PEER, tag="peers", query=HOLDS_QUERY, answer={"holds": FLAG}, errors=(400, 401)))
+def holds() -> ResponseReturnValue:
+    """Whether this relay holds the pairing token whose SHA-256 is `sha256` for one of its pairings:
+    the relay that gave it out asks, to know that a call with it came from here (docs/relays.md#provenance)."""
+    require_pairing()
+    wanted = request.args.get("sha256", "")
+    if provenance.TOKEN_HASH.fullmatch(wanted) is None:
+        raise invalid("Give sha256: a pairing token's SHA-256, 64 characters 0-9 and a-f. Nothing was done.")
+    return jsonify({"ok": True, "holds": provenance.held_here(wanted)})
 
 
 @blueprint.get("/asks")
@@ -129,12 +147,11 @@ def events() -> ResponseReturnValue:
     """What was delivered to the calling relay's conversations after `after` (the last id it kept;
     what it kept is removed here), the events still held for them, and their active subscriptions."""
     token = require_pairing()
-    after_text = request.args.get("after", "0")
-    if not after_text.isdigit() or len(after_text) > 18:
-        raise invalid("Give after: the id of the last delivery kept (0 for none). Nothing was done.")
+    after = whole_or_refuse("after", request.args.get("after", "0"),
+                            nothing="Give the id of the last delivery kept (0 for none). Nothing was done.")
     callers = {row.session_id: row.remote_session for row in RemoteCaller.select().where(RemoteCaller.pairing_token == token.id)}
     with write_transaction():
-        rows = outbox.fetch(list(callers), int(after_text), EVENTS_PER_FETCH)
+        rows = outbox.fetch(list(callers), after, EVENTS_PER_FETCH)
     still_held = HeldEvent.select(fn.COALESCE(fn.SUM(HeldEvent.count), 0)).where(
         HeldEvent.watcher.in_(list(callers)) & HeldEvent.delivered_at.is_null() & (HeldEvent.dropped == False)  # noqa: E712
     ).scalar() if callers else 0
