@@ -15,7 +15,7 @@ arrive for it, one at a time:
 And for each, from the item written into the conversation (its message's `created_at`) to the
 task's `completed` written (`mcp_task.updated_at`): the relay's own part, clock to clock on
 this machine. A client that polls `tasks/get` instead of listening adds up to one poll interval
-(`pollIntervalMs`, 2,000 ms) to what it sees.
+(`pollIntervalMs`, 1,000 ms) to what it sees.
 """
 
 from __future__ import annotations

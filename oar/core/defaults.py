@@ -16,7 +16,7 @@ MCP_MAX_WAIT_SECONDS = 50
 # told to poll this often.
 MCP_TASK_TTL_SECONDS = 24 * 3600
 MCP_TASK_LEASE_SECONDS = 30
-MCP_TASK_POLL_MS = 2000
+MCP_TASK_POLL_MS = 1000
 # `wait_seconds` when a call does not give one.
 DEFAULT_WAIT_SECONDS = 120
 # A caller's own turn may last this long (owner setting `max_turn_seconds`).
