@@ -60,14 +60,13 @@ def orphaned(task: McpTask, now: datetime) -> bool:
     return not is_ended(task) and (task.lease_until is None or task.lease_until <= now)
 
 
-def renew(runtime: Runtime, task_id: str, now: datetime) -> bool:
-    """Renew the runner's lease; False when the task was asked to stop (cancelled meanwhile)."""
+def renew(runtime: Runtime, task_id: str, now: datetime) -> None:
+    """Renew the runner's lease (the process running the task's call is alive)."""
     lease = now + timedelta(seconds=runtime.time("MCP_TASK_LEASE_SECONDS"))
     with write_transaction():
         McpTask.update(lease_until=lease).where(
             (McpTask.id == task_id) & McpTask.status.not_in(ENDED_MCP_TASK)
         ).execute()
-    return not cancel_requested(task_id)
 
 
 def cancel_requested(task_id: str) -> bool:
