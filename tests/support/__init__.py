@@ -8,5 +8,5 @@ import pytest
 # The helpers here assert on behalf of the tests: have pytest explain their failures too.
 pytest.register_assert_rewrite(
     "tests.support.bad_input", "tests.support.clients", "tests.support.conversations", "tests.support.embedded",
-    "tests.support.processes", "tests.support.relays", "tests.support.snapshots",
+    "tests.support.processes", "tests.support.relays", "tests.support.snapshots", "tests.support.claude_code",
 )
