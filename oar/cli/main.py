@@ -11,6 +11,7 @@ from typing import Any
 from oar.cli.spinner import spinning
 from oar.core import logs
 from oar.core.config import from_environment
+from oar.core.words import plural
 
 # `--revoke` given without a token: every token of `--session`.
 ALL_TOKENS = "<all>"
@@ -148,7 +149,7 @@ def _revoke(token: str, session_id: str | None) -> int:
         try:
             if token == ALL_TOKENS and session_id:
                 session, revoked = revoke_tokens(runtime, session_id)
-                print(f"revoked {revoked} agent token{'' if revoked == 1 else 's'} of session {session.id}")
+                print(f"revoked {plural(revoked, 'agent token')} of session {session.id}")
             else:
                 session = revoke_token(runtime, token)
                 print(f"revoked an agent token of session {session.id}")

@@ -29,6 +29,7 @@ from werkzeug.exceptions import HTTPException
 from oar.core.errors import ActionError, invalid
 from oar.core.fields import unstorable_text
 from oar.core.models import Provider as ProviderRow
+from oar.core.words import plural
 from oar.owner import conversations, inbox, providers, relays, schedules, settings, signins, subscriptions
 from oar.sessions import sessions
 from oar.web import page_auth, page_filters, page_views, runtime
@@ -59,6 +60,7 @@ def setup(state: Any) -> None:
     page_auth.install(state.app)
     state.app.add_template_filter(page_filters.ago)
     state.app.add_template_filter(page_filters.when)
+    state.app.add_template_filter(plural)
 
 
 @blueprint.before_request
