@@ -48,6 +48,12 @@ class JSONFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
+# HTTP client libraries that log every request they send at INFO ("HTTP Request: POST …"): the
+# stdio MCP bridge forwards each call over HTTP, so its stderr would hold a line per call. Their
+# warnings and errors still show.
+CHATTY_HTTP_LOGGERS = ("httpx", "httpx2", "httpcore")
+
+
 def configure() -> None:
     handler = logging.StreamHandler()
     if os.environ.get("OAR_LOG_FORMAT", "").lower() == "json":
@@ -57,3 +63,5 @@ def configure() -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(os.environ.get("OAR_LOG_LEVEL", "INFO").upper())
+    for name in CHATTY_HTTP_LOGGERS:
+        logging.getLogger(name).setLevel(max(logging.WARNING, root.level))

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
-from flask import Flask, Response, abort, jsonify, request
+from flask import Flask, Response, abort, jsonify, request, send_from_directory
 from flask.json.provider import DefaultJSONProvider
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
@@ -163,6 +163,11 @@ def create_app(config: Config | None = None) -> Flask:
             "error": f"The relay failed (log reference {reference}). Its changes were rolled back.",
         }
         return jsonify(body), 500
+
+    @app.get("/favicon.ico")
+    def favicon() -> ResponseReturnValue:
+        # Browsers ask for it on every page without a <link rel="icon">; no sign-in needed for an icon.
+        return send_from_directory(app.static_folder or "static", "favicon.ico", max_age=defaults.FAVICON_MAX_AGE_SECONDS)
 
     @app.after_request
     def retry_after(response: Response) -> Response:
