@@ -50,7 +50,7 @@ class JSONFormatter(logging.Formatter):
 
 # HTTP client libraries that log every request they send at INFO ("HTTP Request: POST …"): the
 # stdio MCP bridge forwards each call over HTTP, so its stderr would hold a line per call. Their
-# warnings and errors still show.
+# warnings and errors still show, and at OAR_LOG_LEVEL=DEBUG all of it.
 CHATTY_HTTP_LOGGERS = ("httpx", "httpx2", "httpcore")
 
 
@@ -63,5 +63,5 @@ def configure() -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(os.environ.get("OAR_LOG_LEVEL", "INFO").upper())
-    for name in CHATTY_HTTP_LOGGERS:
-        logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
+    for name in CHATTY_HTTP_LOGGERS:  # at DEBUG, everything
+        logging.getLogger(name).setLevel(logging.NOTSET if root.level <= logging.DEBUG else logging.WARNING)
