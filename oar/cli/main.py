@@ -8,6 +8,8 @@ import os
 import sys
 from typing import Any
 
+from oar import __version__
+from oar.cli.relay_database import NoRelayDatabase, open_relay_database, where
 from oar.cli.spinner import spinning
 from oar.core import logs
 from oar.core.config import from_environment
@@ -16,11 +18,36 @@ from oar.core.words import plural
 # `--revoke` given without a token: every token of `--session`.
 ALL_TOKENS = "<all>"
 
+SERVE_DESCRIPTION = """\
+The embedded relay in one command: it applies the database's migrations, starts an embedded
+Redis (unless REDIS_URL is set), RQ workers, the clock and the web server, prints where it
+listens and, the first time, the owner token. Ctrl-C stops it."""
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="oar", description="OAR Relay")
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("serve", help="the embedded relay: Redis, worker, clock and web in one command")
+ENVIRONMENT_HELP = """\
+Settings come from the environment (README "Configuration", docs/operations.md), e.g.:
+  OAR_DATA_DIR   the data dir: SQLite database, embedded Redis, session folders
+                 (default: var/ in the checkout, wherever the command is run)
+  DATABASE_URL   PostgreSQL instead of SQLite, e.g. postgresql://user@host:5432/oar
+  REDIS_URL      an external Redis (default: the embedded one)
+  PORT, OAR_HOST where the web server listens (default: 127.0.0.1:8080)
+Commands that act on a relay (token, pair, backup, worker, clock) use the relay's data dir or
+DATABASE_URL and stop with an error when there is no relay's database there."""
+
+DATA_DIR_HELP = "the relay's data dir (the same as OAR_DATA_DIR; default: var/ in the checkout)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="oar", description="OAR Relay: a self-hosted relay for AI agent sessions. Each command's --help says more.",
+        epilog=ENVIRONMENT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"oar-relay {__version__}")
+    parser.add_argument("--data-dir", metavar="DIR", help=DATA_DIR_HELP)
+    commands = parser.add_subparsers(dest="command", metavar="<command>", title="commands")
+    commands.add_parser(
+        "serve", help="the embedded relay: Redis, worker, clock and web in one command (as python app.py)",
+        description=SERVE_DESCRIPTION, epilog=ENVIRONMENT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     worker = commands.add_parser("worker", help="RQ worker processes that run turns")
     worker.add_argument("--processes", type=int, default=None)
     commands.add_parser("clock", help="the reconciler loop")
@@ -57,9 +84,38 @@ def main(argv: list[str] | None = None) -> int:
     docs = commands.add_parser("docs", help="print a reference generated from the code: oar docs actions [--write]")
     docs.add_argument("reference", choices=("actions",))
     docs.add_argument("--write", action="store_true", help="write it to the project's docs/ folder instead")
-    args = parser.parse_args(argv)
-    logs.configure()
+    return parser
 
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # `oar` alone: what it can do, as a usage mistake
+        parser.print_help(sys.stderr)
+        return 2
+    if args.data_dir:  # the same as OAR_DATA_DIR, for this command and the processes it starts
+        os.environ["OAR_DATA_DIR"] = args.data_dir
+    logs.configure()
+    try:
+        return _run(args)
+    except NoRelayDatabase as error:
+        print(f"oar {args.command}: {error}", file=sys.stderr)
+        return 1
+
+
+def serve(argv: list[str], prog: str) -> int:
+    """`python app.py`: the embedded relay, with `--help`, `--version` and `--data-dir` like `oar serve`."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description=SERVE_DESCRIPTION + "\n\nThe other commands: python -m oar --help.",
+        epilog=ENVIRONMENT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"oar-relay {__version__}")
+    parser.add_argument("--data-dir", metavar="DIR", help=DATA_DIR_HELP)
+    args = parser.parse_args(argv)
+    return main([*(("--data-dir", args.data_dir) if args.data_dir else ()), "serve"])
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "serve":
         from oar.engine.launcher import main as serve
 
@@ -67,11 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "worker":
         from oar.engine.worker import main as run_worker
 
+        open_relay_database(from_environment())
         run_worker(args.processes)
         return 0
     if args.command == "clock":
         from oar.engine.clock import main as run_clock
 
+        open_relay_database(from_environment())
         run_clock()
         return 0
     if args.command == "migrate":
@@ -79,7 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "token":
         if args.revoke is not None:
             return _revoke(args.revoke, args.session)
-        return _token(args.owner, args.session)
+        if args.owner:
+            return _owner_token()
+        if not args.session:
+            print("oar token: give --owner or --session <id>", file=sys.stderr)
+            return 2
+        return _session_token(args.session)
     if args.command == "pair":
         return _pair(args.url, args.token, args.name, args.label)
     if args.command == "mcp":
@@ -97,27 +160,32 @@ def _migrate() -> int:
     from oar.core.db import open_database
     from oar.owner.bootstrap import migrate
 
-    open_database(from_environment())
+    config = from_environment()
+    open_database(config)
     applied = migrate()
     print(f"applied {len(applied)} migrations: {', '.join(applied)}" if applied else "database is up to date")
+    print(f"database: {where(config)}", file=sys.stderr)
     return 0
 
 
-def _token(owner: bool, session_id: str | None) -> int:
-    from oar.core.db import database, open_database
+def _owner_token() -> int:
+    """`oar token --owner`: a new owner token, printed once; the old one stops working."""
+    from oar.owner.bootstrap import reset_owner_token
+
+    open_relay_database(from_environment())
+    print(reset_owner_token())
+    return 0
+
+
+def _session_token(session_id: str) -> int:
+    """`oar token --session ID`: a new agent token of that conversation."""
+    from oar.core.db import database
     from oar.core.errors import ActionError
     from oar.core.runtime import Runtime
-    from oar.owner.bootstrap import reset_owner_token
     from oar.owner.conversations import issue_token
 
     config = from_environment()
-    open_database(config)
-    if owner:
-        print(reset_owner_token())
-        return 0
-    if not session_id:
-        print("oar token: give --owner or --session <id>", file=sys.stderr)
-        return 2
+    open_relay_database(config)
     with database.connection_context():
         try:
             _session, token = issue_token(Runtime(config, needs_redis=False), session_id)
@@ -131,7 +199,7 @@ def _token(owner: bool, session_id: str | None) -> int:
 def _revoke(token: str, session_id: str | None) -> int:
     """`oar token --revoke TOKEN` or `oar token --session ID --revoke`: the token's (or tokens')
     next call is refused with 401."""
-    from oar.core.db import database, open_database
+    from oar.core.db import database
     from oar.core.errors import ActionError
     from oar.core.runtime import Runtime
     from oar.owner.conversations import revoke_token, revoke_tokens
@@ -143,7 +211,7 @@ def _revoke(token: str, session_id: str | None) -> int:
         print("oar token: give either a token to revoke or --session, not both", file=sys.stderr)
         return 2
     config = from_environment()
-    open_database(config)
+    open_relay_database(config)
     runtime = Runtime(config, needs_redis=False)
     with database.connection_context():
         try:
@@ -162,7 +230,7 @@ def _revoke(token: str, session_id: str | None) -> int:
 def _pair(url: str | None, token: str | None, name: str | None, label: str | None) -> int:
     """`oar pair`: a new pairing token of this relay, printed once; `oar pair <url> <token>`: pair
     this relay with the relay at url (docs/relays.md#pairing)."""
-    from oar.core.db import database, open_database
+    from oar.core.db import database
     from oar.core.errors import ActionError
     from oar.core.runtime import Runtime
     from oar.federation import peers
@@ -172,7 +240,7 @@ def _pair(url: str | None, token: str | None, name: str | None, label: str | Non
         print("oar pair: give both the other relay's url and its pairing token, or neither", file=sys.stderr)
         return 2
     config = from_environment()
-    open_database(config)
+    open_relay_database(config)
     runtime = Runtime(config, needs_redis=False)
     with database.connection_context():
         try:
