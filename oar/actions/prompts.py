@@ -9,15 +9,15 @@ from typing import Any
 from oar.actions.context import CallContext
 from oar.actions.registry import action
 from oar.approvals import cards, loop
-from oar.core import defaults, ids
+from oar.core import defaults
 from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid, not_found
 from oar.core.fields import Param
 from oar.core.models import Message, Session
+from oar.core.settings import default_cwd
 from oar.core.shapes import CWD, EFFORT, GROUP, MODE, MODEL, PROVIDER, RELAY, SESSION, TEXT, TITLE, WAIT_SECONDS
 from oar.core.statuses import IN_PROGRESS_TURN, OPEN_TURN, TurnStatus
 from oar.core.timeutil import utcnow
-from oar.core.work_folders import RelayPlaces
 from oar.federation import peers
 from oar.providers.base import Provider
 from oar.providers.choice import Requested, choose, pick_provider
@@ -161,8 +161,7 @@ def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     requested = Requested.of(args)
     picked = pick_provider(None, requested, relay_name=ctx.relay_name, nothing=nothing, like=caller, cap_checked_at=ctx.now)
     # The workspace arguments are checked against the provider before its model, as always.
-    session_id = ids.session_id()
-    cwd, repo, branch = _workspace(ctx, args, picked.provider, nothing, session_id)
+    cwd, repo, branch = _workspace(ctx, args, picked.provider, nothing)
     chosen = choose(None, requested, relay_name=ctx.relay_name, nothing=nothing, like=caller, picked=picked)
     provider, model, effort = chosen.provider, chosen.model, chosen.effort
     group = groups.resolve(args["group"], ctx.relay_name, "No session was created.") if args.get("group") else None
@@ -176,7 +175,7 @@ def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     with write_transaction():
         session = sessions.create(
             title=title, provider=provider.name, model=model, effort=effort, mode=mode,
-            cwd=cwd, repo=repo, branch=branch, created_by=caller, session_id=session_id,
+            cwd=cwd, repo=repo, branch=branch, created_by=caller,
         )
         if group is None and caller.remote_relay is not None:
             pass  # started by an agent on another relay: it joins no group (docs/sessions.md#create_session)
@@ -214,11 +213,9 @@ def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _workspace(
-    ctx: CallContext, args: dict[str, Any], provider: Provider, nothing: str, session_id: str
+    ctx: CallContext, args: dict[str, Any], provider: Provider, nothing: str
 ) -> tuple[str | None, str | None, str | None]:
-    """(cwd, repo, branch): repository-based providers take a repo, the others a folder: the one
-    named, else the caller's (unless the new session may not use it: the caller's own folder is
-    its alone), else the new session's own folder (docs/sessions.md#folders)."""
+    """(cwd, repo, branch): repository-based providers take a repo, the others a folder."""
     if provider.workspace == "repo":
         if args.get("cwd"):
             raise invalid(f"{provider.name} works in repositories: give repo (and branch), not cwd. {nothing}")
@@ -228,15 +225,16 @@ def _workspace(
     if args.get("repo") or args.get("branch"):
         raise invalid(f"{provider.name} works in folders: give cwd, not repo or branch. {nothing}")
     roots = ctx.settings["allowed_roots"]
-    places = RelayPlaces.of(ctx.runtime.config)
     if args.get("cwd"):
-        return check_folder(args["cwd"], roots, nothing, places=places), None, None
+        return check_folder(args["cwd"], roots, nothing), None, None
     if ctx.caller.cwd:
         try:
-            return check_folder(ctx.caller.cwd, roots, nothing, places=places), None, None
+            return check_folder(ctx.caller.cwd, roots, nothing), None, None
         except ActionError:
-            pass  # the caller's folder is not one the new session may use: it gets its own
-    return places.own_folder(session_id), None, None
+            pass  # the caller's folder is not one agents may use: fall back to the default
+    folder = default_cwd(ctx.runtime.config)
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder.resolve()), None, None
 
 
 @action("wait",

@@ -15,15 +15,12 @@ task unless the owner turned on `tasks_without_sandbox`.
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from oar.core import work_folders
 from oar.core.config import Config
 
 UNAVAILABLE_TEXT = (
@@ -81,37 +78,18 @@ def unavailable_text(reason: str) -> str:
     return UNAVAILABLE_TEXT.format(reason=reason)
 
 
-class PythonUnavailable(Exception):
-    """The relay's Python installation cannot be bound (a link appeared on its way)."""
-
-
-@dataclass
-class Launch:
-    """bwrap's argument list and the descriptors it binds: passed to it, closed once it started."""
-
-    argv: list[str]
-    fds: list[int] = field(default_factory=list)
-
-    def close(self) -> None:
-        for fd in self.fds:
-            os.close(fd)
-        self.fds.clear()
-
-
-def wrap(config: Config, binary: str, argv: list[str], folder: str, folder_fd: int, *, network: bool) -> Launch:
-    """bwrap's arguments that run `argv` inside the sandbox, in `folder`, never a shell string.
-
-    `folder_fd` is the session's folder opened without following a link
-    (`work_folders.opened`): bwrap binds that descriptor (`--bind-fd`), so the folder a task
-    gets is the one checked, whatever link replaces its path in between or while it runs. The
-    relay's Python is bound the same way. Raises FolderRefused (the folder holds the data
-    directory behind a link) or PythonUnavailable; nothing stays open then."""
-    launch = Launch(argv=[])
-    try:
-        mounts = _mounts(config, launch, folder, folder_fd)
-    except BaseException:
-        launch.close()
-        raise
+def wrap(config: Config, binary: str, argv: list[str], cwd: str, *, network: bool) -> list[str]:
+    """bwrap's argument list that runs `argv` in `cwd` inside the sandbox (never a shell string)."""
+    folder = os.path.realpath(cwd)
+    mounts: list[tuple[str, list[str]]] = []
+    for path in _python_prefixes():
+        mounts.append((path, ["--ro-bind", path, path]))
+    mounts.append((folder, ["--bind", folder, folder]))
+    data_dir = os.path.realpath(config.data_dir)
+    bound = [path for path, _ in mounts]
+    if any(_within(data_dir, path) for path in bound):
+        # The session's folder or the Python's prefix holds the data folder: cover it.
+        mounts.append((data_dir, ["--tmpfs", data_dir]))
     # Outer folders first, so that a folder inside another lands on top of it; at one path a
     # cover (tmpfs) comes after the bind, so the data folder stays hidden.
     mounts.sort(key=lambda item: (len(Path(item[0]).parts), item[1][0] == "--tmpfs"))
@@ -121,53 +99,7 @@ def wrap(config: Config, binary: str, argv: list[str], folder: str, folder_fd: i
     args.extend(["--chdir", folder])
     for key, value in _environment(folder).items():
         args.extend(["--setenv", key, value])
-    launch.argv = [*args, "--", *argv]
-    return launch
-
-
-def _mounts(config: Config, launch: Launch, folder: str, folder_fd: int) -> list[tuple[str, list[str]]]:
-    mounts: list[tuple[str, list[str]]] = []
-    for path, real in _python_prefixes():
-        try:
-            fd = work_folders.open_folder(real)
-        except work_folders.FolderRefused as refused:
-            raise PythonUnavailable(f"the relay's Python installation {real} {refused.reason}") from None
-        launch.fds.append(fd)
-        mounts.append((path, ["--ro-bind-fd", str(fd), path]))
-    mounts.append((folder, ["--bind-fd", str(folder_fd), folder]))
-    data_dir = os.path.realpath(config.data_dir)
-    if data_dir != folder and work_folders.within(data_dir, folder):
-        # The session's folder holds the data folder (the rules never let it be the data folder):
-        # each folder on the way to it is bound onto itself, which a task cannot rename or
-        # replace by a link (a mount point), so that the cover stays on the data folder.
-        for path, fd in _folders_on_the_way(folder, folder_fd, data_dir):
-            launch.fds.append(fd)
-            mounts.append((path, ["--bind-fd", str(fd), path]))
-    if any(work_folders.within(data_dir, path) for path, _ in mounts):
-        # The session's folder or the Python's prefix holds the data folder: cover it.
-        mounts.append((data_dir, ["--tmpfs", data_dir]))
-    return mounts
-
-
-def _folders_on_the_way(folder: str, folder_fd: int, data_dir: str) -> list[tuple[str, int]]:
-    """The folders between `folder` and the data folder, each opened from the one above without
-    following a link; the data folder itself is checked to be no link either."""
-    opened: list[tuple[str, int]] = []
-    parent, parent_fd = folder, folder_fd
-    try:
-        for part in os.path.relpath(data_dir, folder).split(os.sep):
-            path = os.path.join(parent, part)
-            fd = work_folders.open_below(os.dup(parent_fd), parent, path)
-            if path == data_dir:
-                os.close(fd)
-                break
-            opened.append((path, fd))
-            parent, parent_fd = path, fd
-    except BaseException:
-        for _, fd in opened:
-            os.close(fd)
-        raise
-    return opened
+    return [*args, "--", *argv]
 
 
 def _base_args(*, network: bool) -> list[str]:
@@ -190,16 +122,13 @@ def _base_args(*, network: bool) -> list[str]:
     return args
 
 
-@functools.cache
-def _python_prefixes() -> list[tuple[str, str]]:
-    """The relay's Python installation(s) when they live outside the system folders, each as
-    (where the sandbox shows it, the folder it is). Resolved once per process: a link that
-    appears later on the way is refused, never followed."""
-    prefixes = {}
+def _python_prefixes() -> list[str]:
+    """The relay's Python installation(s), when they live outside the system folders."""
+    prefixes = []
     for prefix in {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix), os.path.abspath(sys.prefix)}:
-        if not any(work_folders.within(prefix, system) for system in SYSTEM_PATHS if os.path.isdir(system)):
-            prefixes[prefix] = os.path.realpath(prefix)
-    return sorted(prefixes.items())
+        if not any(_within(prefix, system) for system in SYSTEM_PATHS if os.path.isdir(system)):
+            prefixes.append(prefix)
+    return sorted(prefixes)
 
 
 def _environment(folder: str) -> dict[str, str]:
@@ -209,3 +138,7 @@ def _environment(folder: str) -> dict[str, str]:
     env.update({key: os.environ[key] for key in KEPT_ENV if os.environ.get(key)})
     env.setdefault("LANG", "C.UTF-8")
     return env
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)

@@ -25,15 +25,15 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import redis
 
 from oar.background import sandbox, tasks
 from oar.background.task_views import last_output_time
-from oar.core import events, keys, work_folders
+from oar.core import events, keys
 from oar.core.db import release_connection, write_transaction
-from oar.core.models import Session, Task
+from oar.core.models import Task
 from oar.core.runtime import Runtime
 from oar.core.signals import publish
 from oar.core.statuses import TaskStatus
@@ -81,12 +81,28 @@ def run(runtime: Runtime, task_id: str) -> str | None:
     path = Path(task.output_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     argv = ["/bin/sh", "-c", task.command] if task.shell else shlex.split(task.command)
+    env: dict[str, str] | None = subprocess_env()
     with open(path, "ab") as output:
-        started = _start(runtime, task, argv, output, sandboxed=sandboxed, unavailable=reason)
-        if isinstance(started, str):
-            output.write(f"{started}\n".encode())
-            return tasks.finish(runtime, task.id, TaskStatus.FAILED, None, started)
-    process = started
+        if sandboxed:
+            binary = sandbox.find_bwrap(runtime.config)
+            if reason is not None or binary is None:
+                text = sandbox.unavailable_text(reason or "bwrap is not on PATH")
+                output.write(f"{text}\n".encode())
+                return tasks.finish(runtime, task.id, TaskStatus.FAILED, None, text)
+            if task.cwd is None or not os.path.isdir(task.cwd):
+                text = f"The command could not be started: the session's folder {task.cwd} is not a folder."
+                output.write(f"{text}\n".encode())
+                return tasks.finish(runtime, task.id, TaskStatus.FAILED, None, text)
+            argv = sandbox.wrap(runtime.config, binary, argv, task.cwd, network=bool(values.get("tasks_use_network")))
+            env = {}  # bwrap clears it anyway and sets the task's own (--clearenv, --setenv)
+        try:
+            process = subprocess.Popen(
+                argv, cwd=task.cwd, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, env=env,
+            )
+        except OSError as error:
+            output.write(f"{error}\n".encode())
+            return tasks.finish(runtime, task.id, TaskStatus.FAILED, None, f"The command could not be started: {error}.")
     Task.update(pid=process.pid, heartbeat_at=utcnow()).where(Task.id == task.id).execute()
     release_connection()
     killed = _watch(runtime, task, process)
@@ -96,45 +112,6 @@ def run(runtime: Runtime, task_id: str) -> str | None:
     else:
         status = TaskStatus.COMPLETED if code == 0 else TaskStatus.FAILED
     return tasks.finish(runtime, task.id, status, code, None)
-
-
-def _start(
-    runtime: Runtime, task: Task, argv: list[str], output: BinaryIO, *, sandboxed: bool, unavailable: str | None
-) -> subprocess.Popen[bytes] | str:
-    """The task's process, started in its session's folder; else the sentence saying why not.
-
-    The folder is checked and opened here, at every start (docs/tasks.md#the-folder-a-task-runs-in),
-    and the process gets that very folder: bwrap binds the descriptor, and without the sandbox
-    the process starts in it through `/proc/self/fd`, so no link on its path is followed."""
-    values = runtime.settings()
-    binary = sandbox.find_bwrap(runtime.config) if sandboxed else None
-    if sandboxed and (unavailable is not None or binary is None):
-        return sandbox.unavailable_text(unavailable or "bwrap is not on PATH")
-    session = Session.get_by_id(task.session_id)
-    try:
-        with work_folders.opened(runtime.config, session, values["allowed_roots"], task.cwd) as (folder, folder_fd):
-            if binary is None:
-                return _popen(argv, output, cwd=f"/proc/self/fd/{folder_fd}", env=subprocess_env(), fds=[folder_fd])
-            launch = sandbox.wrap(
-                runtime.config, binary, argv, folder, folder_fd, network=bool(values.get("tasks_use_network"))
-            )
-            try:
-                # bwrap clears the environment anyway and sets the task's own (--clearenv, --setenv).
-                return _popen(launch.argv, output, cwd="/", env={}, fds=[folder_fd, *launch.fds])
-            finally:
-                launch.close()
-    except work_folders.FolderRefused as refused:
-        return f"The command could not be started: the session's folder {task.cwd} {refused.reason}. Nothing was run."
-    except (sandbox.PythonUnavailable, OSError, ValueError) as error:
-        # ValueError: what the operating system cannot take as an argument (a NUL, refused at the start).
-        return f"The command could not be started: {error}."
-
-
-def _popen(argv: list[str], output: BinaryIO, *, cwd: str, env: dict[str, str], fds: list[int]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        argv, cwd=cwd, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        start_new_session=True, env=env, pass_fds=fds,
-    )
 
 
 def _watch(runtime: Runtime, task: Task, process: subprocess.Popen[bytes]) -> bool:

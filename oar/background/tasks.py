@@ -23,10 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from oar.background import output_files, sandbox
-from oar.core import events, jobs, keys, work_folders
+from oar.core import events, jobs, keys, settings
 from oar.core.db import release_connection, write_transaction
 from oar.core.errors import ActionError, invalid, not_found
-from oar.core.fields import unstorable_text
 from oar.core.models import Message, Session, Task
 from oar.core.runtime import Runtime
 from oar.core.signals import publish
@@ -41,10 +40,6 @@ MAX_COMMAND_CHARS = 10_000
 # Task ids look like the documented `b7k2m9q4`: 8 characters without look-alikes (40 bits).
 _ID_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"
 
-UNSTORABLE_TEXT = (
-    "A task's command and description cannot hold a NUL character or a lone surrogate (such as \\ud800). "
-    "Nothing was run."
-)
 OFF_TEXT = (
     "Background tasks are off on this relay: the owner setting allow_shell_tasks is off. "
     "Ask the user to turn it on. Nothing was run."
@@ -82,9 +77,6 @@ def start(
     turn_id: str | None = None,
 ) -> Task:
     """Record a task and hand it to a worker; raises ActionError when it may not run."""
-    if unstorable_text([command, description]):
-        # The command becomes the process's arguments, which cannot hold a NUL; neither is stored.
-        raise invalid(UNSTORABLE_TEXT)
     values = runtime.settings()
     if not values["allow_shell_tasks"]:
         raise ActionError("REMOTE_RELAY_FORBIDDEN", OFF_TEXT)
@@ -110,7 +102,7 @@ def start(
         reason = sandbox.unavailable(runtime.config)
         if reason is not None:
             raise ActionError("REMOTE_RELAY_NO_SANDBOX", sandbox.unavailable_text(reason))
-    cwd = _checked_folder(runtime, session, values["allowed_roots"])
+    cwd = session.cwd or str(settings.default_cwd(runtime.config).resolve())
     task_id = new_id()
     now = utcnow()
     with write_transaction():
@@ -133,15 +125,6 @@ def start(
         events.record(session.id, "task_started", payload(task), now)
     enqueue(runtime, task.id)
     return task
-
-
-def _checked_folder(runtime: Runtime, session: Session, roots: list[str]) -> str:
-    """The session's folder, if a task may run there now (the worker checks it again at the start)."""
-    try:
-        with work_folders.opened(runtime.config, session, roots) as (folder, _):
-            return folder
-    except work_folders.FolderRefused as refused:
-        raise invalid(f"The session's folder {session.cwd} {refused.reason}. Nothing was run.") from None
 
 
 def record_reported(

@@ -22,7 +22,7 @@ from oar import providers
 from oar.actions.schema import relay_tool, system_prompt
 from oar.approvals import cards, questions
 from oar.background import output_files
-from oar.core import events, jobs, keys, work_folders
+from oar.core import events, jobs, keys
 from oar.core.db import database, release_connection, write_transaction
 from oar.core.fields import storable
 from oar.core.models import Message, Question, Session
@@ -39,7 +39,6 @@ from oar.providers.base import (
     Activity,
     AgentSession,
     OutputTruncated,
-    Provider,
     TaskEnded,
     TaskReported,
     TextDelta,
@@ -212,10 +211,6 @@ def execute(runtime: Runtime, turn: Message) -> bool:
     if usage.token_cap(provider) is not None and usage.meter(provider, utcnow()).capped:
         cap = usage.token_cap(provider)
         return finish(runtime, turn, TurnStatus.FAILED, "", f"{provider.name} is over its monthly token cap of {cap:,}; the turn did not run.")
-    try:
-        folder = _working_folder(runtime, session, provider)
-    except work_folders.FolderRefused as refused:
-        return finish(runtime, turn, TurnStatus.FAILED, "", f"The session's folder {session.cwd} {refused.reason}; the turn did not run.")
     if provider.kind == "external":  # the attached process long-polls for this turn
         external.announce(runtime, session.id)
     model = provider.model_for(turn.model)
@@ -242,7 +237,7 @@ def execute(runtime: Runtime, turn: Message) -> bool:
         model=turn.model,
         effort=turn.effort,
         mode=turn.mode or session.mode,
-        cwd=folder,
+        cwd=session.cwd,
         thinking="inline" if session.thinking_display in ("summarized", "full") else "omit",
         agent_session_id=session.agent_session_id,
         task_output_dir=output_files.prepare_agent_folder(runtime, session.id) if provider.writes_task_output else None,
@@ -311,16 +306,6 @@ def execute(runtime: Runtime, turn: Message) -> bool:
         return finish(runtime, turn, status, text, error, activities, metered)
     finally:
         watcher.close()
-
-
-def _working_folder(runtime: Runtime, session: Session, provider: Provider) -> str | None:
-    """The folder the turn works in. A provider that runs an agent on this machine gets it checked
-    as a task's is (docs/tasks.md#the-folder-a-task-runs-in): never through a link, only where a
-    session may work; such an agent runs outside the sandbox, so this is the one check it gets."""
-    if not provider.writes_task_output or provider.workspace != "folder":
-        return session.cwd
-    with work_folders.opened(runtime.config, session, runtime.settings()["allowed_roots"]) as (folder, _):
-        return folder
 
 
 def ask_user(

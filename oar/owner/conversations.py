@@ -7,15 +7,15 @@ from typing import Any
 
 from oar import lifecycle
 from oar.approvals import cards, loop
-from oar.core import defaults, ids
+from oar.core import defaults
 from oar.core.db import write_transaction
 from oar.core.errors import invalid, not_found
 from oar.core.fields import Param, check_fields
 from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
+from oar.core.settings import default_cwd
 from oar.core.shapes import CWD, EFFORT, MODE, MODEL, PROVIDER, TEXT, TITLE
 from oar.core.timeutil import utcnow
-from oar.core.work_folders import RelayPlaces
 from oar.federation import peers
 from oar.providers.choice import Requested, choose
 from oar.schedules import schedules
@@ -74,17 +74,17 @@ def start_conversation(runtime: Runtime, payload: dict[str, Any]) -> tuple[Sessi
     args, _ = check_fields("create session", NEW_SESSION, payload, strict=True, nothing=nothing)
     chosen = choose(None, Requested.of(args), relay_name=name, nothing=nothing)
     provider, model, effort = chosen.provider, chosen.model, chosen.effort
-    places = RelayPlaces.of(runtime.config)
-    session_id = ids.session_id()
     if args.get("cwd"):
-        cwd = check_folder(args["cwd"], runtime.settings()["allowed_roots"], nothing, places=places)
+        cwd = check_folder(args["cwd"], runtime.settings()["allowed_roots"], nothing)
     else:
-        cwd = places.own_folder(session_id)  # made on first use (docs/sessions.md#folders)
+        folder = default_cwd(runtime.config)
+        folder.mkdir(parents=True, exist_ok=True)
+        cwd = str(folder.resolve())
     title = args.get("title") or (sessions.title_from(args["text"]) if args.get("text") else "New session")
     with write_transaction():
         session = sessions.create(
             title=title, provider=provider.name, model=model, effort=effort,
-            mode=args.get("mode", "agent"), cwd=cwd, session_id=session_id,
+            mode=args.get("mode", "agent"), cwd=cwd,
         )
         token = sessions.issue_token(session)
         message = turns.insert_prompt(session, args["text"], turns.Provenance()) if args.get("text") else None

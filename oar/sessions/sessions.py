@@ -67,13 +67,11 @@ def create(
     repo: str | None = None,
     branch: str | None = None,
     created_by: Session | None = None,
-    session_id: str | None = None,
 ) -> Session:
-    """Insert a session row (inside the caller's write transaction); `session_id` when the
-    caller picked the id already (its own folder is named after it)."""
+    """Insert a session row (inside the caller's write transaction)."""
     now = utcnow()
     return Session.create(
-        id=session_id or ids.session_id(),
+        id=ids.session_id(),
         title=title,
         provider=provider,
         model=model,
