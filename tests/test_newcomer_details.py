@@ -4,8 +4,10 @@ docs say of the code's defaults, what a checkout leaves behind."""
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
+import pytest
 import requests
 
 from oar.core import jobs
@@ -59,3 +61,13 @@ def test_the_readme_names_no_internal_references() -> None:
     """Words a reader of the README cannot look up: the project's own seed and issue numbers."""
     readme = (PROJECT / "README.md").read_text(encoding="utf-8")
     assert not re.search(r"\bseed \d+|\bissue \d+", readme)
+
+
+def test_what_running_the_checkout_leaves_there_is_ignored_by_git() -> None:
+    """`./oar-relay` makes `.venv/`; `pip install -e .` (with build isolation) leaves
+    `oar_relay.egg-info/`; the relay keeps its data in `var/`: none of it shows as untracked."""
+    if not (PROJECT / ".git").exists():
+        pytest.skip("not a git checkout")
+    left = [".venv/bin/python", "oar_relay.egg-info/PKG-INFO", "var/oar.db"]
+    checked = subprocess.run(["git", "check-ignore", "--no-index", *left], cwd=PROJECT, capture_output=True, text=True)
+    assert checked.stdout.split() == left, checked
