@@ -187,6 +187,7 @@ def create_app(config: Config | None = None) -> Flask:
         openapi,
         openclaw,
         owner,
+        owner_log,
         owner_relays,
         page,
         page_live,  # noqa: F401  (its routes are on the page's blueprint, registered with it)
@@ -197,6 +198,7 @@ def create_app(config: Config | None = None) -> Flask:
         peer,
     )
 
+    owner_log.install(app)
     app.register_blueprint(page.blueprint)
     app.register_blueprint(api.blueprint)
     app.register_blueprint(owner.blueprint)
