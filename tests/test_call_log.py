@@ -58,7 +58,7 @@ def test_each_agent_call_and_owner_write_is_one_json_line_of_fields(tmp_path: Pa
         relay.owner.get("/api/v1/owner/settings")  # a read: no line
 
         desk.ok("list_sessions", relay="this")
-        child = desk.ok("create_session", relay="this", title="child", text=f"!relay " + json.dumps(
+        child = desk.ok("create_session", relay="this", title="child", text="!relay " + json.dumps(
             {"action": "list_sessions", "relay": "this"}) + f"\n{SECRET}", wait_seconds=30)["session"]
         desk.refused("send", "REMOTE_RELAY_NOT_FOUND", relay="this", session="feedfacefeedface", text=SECRET)
         desk.refused("send", "REMOTE_RELAY_INVALID_INPUT", relay="this", session=child)
