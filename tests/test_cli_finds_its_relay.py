@@ -24,7 +24,7 @@ from tests.support.servers import free_port
 PLAIN = {key: value for key, value in os.environ.items() if not key.startswith("OAR_") and key != "DATABASE_URL"}
 
 # Every command of `oar`.
-COMMANDS = ("serve", "worker", "clock", "migrate", "token", "pair", "call", "mcp", "docs")
+COMMANDS = ("serve", "worker", "clock", "migrate", "token", "pair", "call", "mcp", "backup", "docs")
 
 # The commands that act on what a relay holds, each as a person would type it.
 RELAY_COMMANDS = [

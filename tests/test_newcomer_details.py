@@ -4,6 +4,7 @@ docs say of the code's defaults, what a checkout leaves behind."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -71,3 +72,19 @@ def test_what_running_the_checkout_leaves_there_is_ignored_by_git() -> None:
     left = [".venv/bin/python", "oar_relay.egg-info/PKG-INFO", "var/oar.db"]
     checked = subprocess.run(["git", "check-ignore", "--no-index", *left], cwd=PROJECT, capture_output=True, text=True)
     assert checked.stdout.split() == left, checked
+
+
+def test_the_systemd_unit_runs_the_readmes_first_command_and_verifies(tmp_path: Path) -> None:
+    """deploy/oar-relay.service starts `oar-relay` of its checkout; `systemd-analyze verify` finds
+    nothing to say of it (an unknown or misspelt key is a warning there) once its paths are this
+    checkout's."""
+    unit = (PROJECT / "deploy" / "oar-relay.service").read_text(encoding="utf-8")
+    assert "\nExecStart=/opt/oar-relay/oar-relay\n" in unit and "\nWorkingDirectory=/opt/oar-relay\n" in unit
+    assert "OAR_DATA_DIR=/var/lib/oar-relay" in unit and "\nReadWritePaths=/var/lib/oar-relay\n" in unit
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed")
+    here = tmp_path / "oar-relay.service"
+    here.write_text(unit.replace("/opt/oar-relay", str(PROJECT)), encoding="utf-8")
+    checked = subprocess.run([analyze, "verify", str(here)], capture_output=True, text=True, timeout=60)
+    assert (checked.returncode, checked.stderr.strip()) == (0, ""), checked.stderr

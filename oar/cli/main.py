@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from oar import __version__
@@ -81,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="relay: relay_tool (/mcp); team: the team tools (/mcp/team), in the run RELAY_SESSION_ID names "
              "(default: $OAR_MCP_TOOLS, else relay)",
     )
+    backup = commands.add_parser(
+        "backup", help="copy the relay's SQLite database to a file while it runs (PostgreSQL: pg_dump)",
+        description="A consistent copy of the relay's SQLite database, made with SQLite's online backup while the "
+                    "relay runs. Restore by putting the copy as oar.db in a data dir (docs/operations.md).",
+    )
+    backup.add_argument("file", type=Path, help="the backup file to write (it must not exist yet)")
     docs = commands.add_parser("docs", help="print a reference generated from the code: oar docs actions [--write]")
     docs.add_argument("reference", choices=("actions",))
     docs.add_argument("--write", action="store_true", help="write it to the project's docs/ folder instead")
@@ -151,6 +158,8 @@ def _run(args: argparse.Namespace) -> int:
         return serve_mcp(args.tools)
     if args.command == "docs":
         return _docs(args.write)
+    if args.command == "backup":
+        return _backup(args.file)
     if args.show_help or not args.action:
         return _call_help(args.action, shown_for_mistake=not args.show_help)
     return _call(args.action, args.arguments)
@@ -277,6 +286,19 @@ def _call_help(action: str | None, shown_for_mistake: bool) -> int:
         print(reference.call_help(), end="", file=sys.stderr)
         return 2
     print(reference.action_help(spec), end="")
+    return 0
+
+
+def _backup(destination: Path) -> int:
+    """`oar backup <file>`: the relay's database copied to file, said on stdout with its size."""
+    from oar.cli.backup import BackupRefused, back_up
+
+    try:
+        pages, size = back_up(from_environment(), destination)
+    except BackupRefused as error:
+        print(f"oar backup: {error}", file=sys.stderr)
+        return 1
+    print(f"backed up the relay's database to {destination} ({pages} pages, {size:,} bytes)")
     return 0
 
 
