@@ -6,11 +6,13 @@ a sentence saying how to point them at it: never a new empty database, never a t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import psycopg2
 import pytest
 
 from oar.actions.catalog import ordered_actions
@@ -18,7 +20,7 @@ from oar.core.config import default_data_dir
 from tests.support.clients import Agent
 from tests.support.processes import PROJECT
 from tests.support.relays import Relay
-from tests.support.servers import free_port
+from tests.support.servers import create_postgres_database, drop_postgres_database, free_port
 
 # What a person's shell holds: none of the relay's settings (the tests' own OAR_ times included).
 PLAIN = {key: value for key, value in os.environ.items() if not key.startswith("OAR_") and key != "DATABASE_URL"}
@@ -131,3 +133,16 @@ def test_app_py_help_prints_its_usage_and_starts_nothing(tmp_path: Path) -> None
                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert wrong.returncode == 2 and "unrecognized arguments: --port" in wrong.stderr
     assert not data_dir.exists()  # no relay was started
+
+
+@pytest.mark.skipif(not os.environ.get("OAR_TEST_DATABASE_URL"), reason="needs a PostgreSQL server (OAR_TEST_DATABASE_URL)")
+def test_a_postgresql_database_without_the_relays_tables_is_not_a_relay(tmp_path: Path) -> None:
+    url = create_postgres_database(os.environ["OAR_TEST_DATABASE_URL"])
+    try:
+        done = oar("token", "--session", "0123456789abcdef", cwd=tmp_path, env={"DATABASE_URL": url})
+        said_clearly(done, "holds no relay", "DATABASE_URL")
+        with contextlib.closing(psycopg2.connect(url)) as connection, connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'")
+            assert cursor.fetchone() == (0,)  # nothing was created there
+    finally:
+        drop_postgres_database(url)

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import peewee
 from playhouse.migrations import MigrationError, Runner
+from playhouse.pool import PooledDatabase
 
 from oar.core.config import Config
 from oar.core.db import database, open_database
@@ -52,6 +53,9 @@ def open_relay_database(config: Config) -> None:
         open_database(config)
         with database.connection_context():
             migrations = Runner(database.obj, str(MIGRATIONS)).status()
+        if isinstance(database.obj, PooledDatabase):
+            # Nothing kept open: `oar worker` forks its workers next, which must not inherit a connection.
+            database.obj.close_idle()
     except (peewee.PeeweeException, MigrationError, OSError, ValueError) as error:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise NoRelayDatabase(f"cannot open the relay database at {where(config)} ({first_line}). {HOW_TO_POINT}") from None
