@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -139,6 +140,7 @@ def run(argv: Sequence[str]) -> int:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(launcher.pid, signal.SIGINT)
         launcher.wait(120)
+        shutil.rmtree(folder, ignore_errors=True)
     lines = ["OAR Relay benchmark: footprint of the embedded default (python app.py)",
              f"{'process':<10} {'RSS at rest':>12} {'PSS at rest':>12} {'RSS after':>10} {'PSS after':>10}"]
     for role in at_rest:
