@@ -1,10 +1,9 @@
-"""The embedded relay: `python app.py` starts Redis, a worker, the clock and the web server."""
+"""The embedded relay: `python app.py` starts Redis, a worker, the clock and the web server
+(`python app.py --help` says how it is configured; `python -m oar --help` lists the other commands)."""
 
 import sys
 
-from oar.core import logs
-from oar.engine.launcher import main
+from oar.cli.main import serve
 
 if __name__ == "__main__":
-    logs.configure()
-    sys.exit(main())
+    sys.exit(serve(sys.argv[1:], prog="app.py"))

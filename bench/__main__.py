@@ -36,7 +36,7 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         "part", nargs="?", choices=("all", "schedules"), default="all",
         help="what to measure: everything (default), or only schedule firing accuracy; "
         "`python -m bench tasks [--gigabyte]`, `python -m bench providers`, `python -m bench delivery`, "
-        "`python -m bench idle`, `python -m bench instructions`, `python -m bench caches` and "
+        "`python -m bench idle`, `python -m bench footprint`, `python -m bench instructions`, `python -m bench caches` and "
         "`python -m bench outside` run one part alone",
     )
     parser.add_argument(
@@ -244,6 +244,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench import providers
 
         return providers.run(argv[1:])
+    if argv[:1] == ["footprint"]:  # `python -m bench footprint`: memory and disk of the embedded default
+        from bench import footprint
+
+        return footprint.run(argv[1:])
     if argv[:1] == ["idle"]:  # `python -m bench idle`: CPU, wake-ups and memory of an idle relay
         from bench import idle
 

@@ -1,13 +1,16 @@
 """`pip install -e .` puts the `oar` command on the PATH (README "Agents over MCP"): the same
 entry point as `python -m oar`, tried from another folder in a fresh virtual environment.
 
-The install is offline: the environment sees this interpreter's packages
-(`--system-site-packages`, `--without-pip`) and builds with the setuptools already there
-(`--no-build-isolation`), so the test reaches no package index."""
+The install is offline: the environment sees this interpreter's packages (a `.pth` file naming
+its site-packages folders, which works whether this interpreter is a virtual environment's, as
+under `./oar-relay test`, or not; `--system-site-packages` would see the base interpreter's) and
+builds with the setuptools already there (`--no-build-isolation`), so the test reaches no package
+index."""
 
 from __future__ import annotations
 
 import os
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +24,11 @@ from tests.support.processes import PROJECT
 @pytest.fixture(scope="module")
 def oar_command(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = tmp_path_factory.mktemp("venv")
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
+    own_site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    (Path(own_site) / "these-tests-packages.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     subprocess.run(
         [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "-e", str(PROJECT)],
         check=True, capture_output=True, timeout=300,
@@ -47,3 +53,4 @@ def test_the_installed_oar_mcp_without_a_token_says_so_and_exits(oar_command: Pa
     done = run(oar_command, "mcp", env={"OAR_URL": "http://127.0.0.1:9"}, cwd=tmp_path)
     assert done.returncode != 0 and "set OAR_TOKEN" in done.stderr, done.stderr
     assert done.stdout == ""
+

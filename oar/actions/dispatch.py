@@ -13,9 +13,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
+import time
 from typing import Any
 
 from oar.actions.args import check_arguments
+from oar.actions.call_log import CallTrace, log_call
 from oar.actions.catalog import load_actions
 from oar.actions.checks import Call, run_checks
 from oar.actions.context import CallContext
@@ -32,9 +34,18 @@ log = logging.getLogger(__name__)
 
 
 def dispatch(ctx: CallContext, payload: Any) -> tuple[int, dict[str, Any]]:
-    """Run one relay_tool call; returns the HTTP status and the JSON result."""
+    """Run one relay_tool call; returns the HTTP status and the JSON result. Every call, refused
+    or not, writes one line to the log (`call_log`)."""
+    trace = CallTrace()
+    started = time.monotonic()
+    status, body = _answer(ctx, payload, trace)
+    log_call(ctx, trace, body, time.monotonic() - started)
+    return status, body
+
+
+def _answer(ctx: CallContext, payload: Any, trace: CallTrace) -> tuple[int, dict[str, Any]]:
     try:
-        return 200, _run(ctx, payload)
+        return 200, _run(ctx, payload, trace)
     except ActionError as error:
         return error.status, error.to_dict()
     except CallerGone:  # nobody reads this answer; what the call started goes on
@@ -97,7 +108,7 @@ def _action_name(payload: Any) -> Any:
     return payload.get("action") if isinstance(payload, dict) else None
 
 
-def _run(ctx: CallContext, payload: Any) -> dict[str, Any]:
+def _run(ctx: CallContext, payload: Any, trace: CallTrace) -> dict[str, Any]:
     actions = load_actions()
     if not isinstance(payload, dict):
         raise invalid("The body must be a JSON object with an action and its arguments. Nothing was done.")
@@ -118,12 +129,15 @@ def _run(ctx: CallContext, payload: Any) -> dict[str, Any]:
             f'There is no action "{name[:80]}". Actions: {", ".join(sorted(actions))}. Nothing was done.',
             actions=sorted(actions),
         )
+    trace.action = spec.name
     args, ignored = check_arguments(spec, payload)
     if spec.name == "list_relays":  # it answers here, before any relay is resolved
         target: Target = ThisRelay.of(ctx)
+        trace.resolved(target.name, args)
         result = target.run(ctx, spec, args)
     else:
         target = resolve_target(ctx, spec, args)
+        trace.resolved(target.name, args)
         call = Call(ctx=ctx, caller=ctx.calling, target=target, spec=spec, args=args)
         run_checks(call)
         holding = wait_slot(ctx.runtime, ctx.caller.id, call.nothing) if may_wait(call) else contextlib.nullcontext()

@@ -13,6 +13,7 @@ from oar.core.errors import ActionError, invalid
 from oar.core.fields import Param
 from oar.core.shapes import RELAY
 from oar.core.statuses import QuestionStatus
+from oar.core.words import plural
 from oar.sessions import sessions
 
 QUESTION_ID = Param("str", required=True, max_length=64, description="a question id (q_… or ask_…)")
@@ -117,7 +118,7 @@ def list_questions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     rows = [questions.listed(q) for q in questions.asks_of(ctx.caller.id, about, ctx.now)]
     pending = sum(1 for q in rows if q["status"] == QuestionStatus.PENDING)
     return {
-        "summary": f"list_questions → {ctx.relay_name}: {len(rows)} questions, {pending} pending",
+        "summary": f"list_questions → {ctx.relay_name}: {plural(len(rows), 'question')}, {pending} pending",
         "questions": rows,
     }
 

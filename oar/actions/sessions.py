@@ -21,6 +21,7 @@ from oar.core.prepared import Prepared, as_stored
 from oar.core.shapes import RELAY, SESSION
 from oar.core.statuses import OPEN_TURN, TaskStatus, TurnStatus
 from oar.core.timeutil import iso
+from oar.core.words import plural
 from oar.sessions import groups, sessions
 from oar.sessions import state as session_state
 from oar.turns.turns import MESSAGE_COLUMNS, badge, clip_reply
@@ -135,7 +136,7 @@ def list_sessions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     more = len(rows) > limit
     rows = rows[:limit]
     result: dict[str, Any] = {
-        "summary": f"list_sessions → {ctx.relay_name}: {len(rows)} sessions ({scope}){', more' if more else ''}",
+        "summary": f"list_sessions → {ctx.relay_name}: {plural(len(rows), 'session')} ({scope}){', more' if more else ''}",
         "sessions": sessions.listed_many(
             rows, busy={row.id for row in rows if row.busy_now}, background={row.id for row in rows if row.background_now}
         ),
@@ -205,7 +206,7 @@ def read_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     background = any(task["status"] == TaskStatus.RUNNING for task in shown_tasks)
     state = session_state.state_of(session, busy, background)
     result: dict[str, Any] = {
-        "summary": f"read_session → {ctx.relay_name} session {session.id[:8]}: {len(messages)} messages, {state}",
+        "summary": f"read_session → {ctx.relay_name} session {session.id[:8]}: {plural(len(messages), 'message')}, {state}",
         "session": sessions.described(session, state),
         "messages": messages,
         "state": state,

@@ -7,20 +7,49 @@ import json
 import math
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
+from oar import __version__
+from oar.cli.relay_database import NoRelayDatabase, open_relay_database, where
 from oar.cli.spinner import spinning
 from oar.core import logs
 from oar.core.config import from_environment
+from oar.core.words import plural
 
 # `--revoke` given without a token: every token of `--session`.
 ALL_TOKENS = "<all>"
 
+SERVE_DESCRIPTION = """\
+The embedded relay in one command: it applies the database's migrations, starts an embedded
+Redis (unless REDIS_URL is set), RQ workers, the clock and the web server, prints where it
+listens and, the first time, the owner token. Ctrl-C stops it."""
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="oar", description="OAR Relay")
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("serve", help="the embedded relay: Redis, worker, clock and web in one command")
+ENVIRONMENT_HELP = """\
+Settings come from the environment (README "Configuration", docs/operations.md), e.g.:
+  OAR_DATA_DIR   the data dir: SQLite database, embedded Redis, session folders
+                 (default: var/ in the checkout, wherever the command is run)
+  DATABASE_URL   PostgreSQL instead of SQLite, e.g. postgresql://user@host:5432/oar
+  REDIS_URL      an external Redis (default: the embedded one)
+  PORT, OAR_HOST where the web server listens (default: 127.0.0.1:8080)
+Commands that act on a relay (token, pair, backup, worker, clock) use the relay's data dir or
+DATABASE_URL and stop with an error when there is no relay's database there."""
+
+DATA_DIR_HELP = "the relay's data dir (the same as OAR_DATA_DIR; default: var/ in the checkout)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="oar", description="OAR Relay: a self-hosted relay for AI agent sessions. Each command's --help says more.",
+        epilog=ENVIRONMENT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"oar-relay {__version__}")
+    parser.add_argument("--data-dir", metavar="DIR", help=DATA_DIR_HELP)
+    commands = parser.add_subparsers(dest="command", metavar="<command>", title="commands")
+    commands.add_parser(
+        "serve", help="the embedded relay: Redis, worker, clock and web in one command (as python app.py)",
+        description=SERVE_DESCRIPTION, epilog=ENVIRONMENT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     worker = commands.add_parser("worker", help="RQ worker processes that run turns")
     worker.add_argument("--processes", type=int, default=None)
     commands.add_parser("clock", help="the reconciler loop")
@@ -54,12 +83,47 @@ def main(argv: list[str] | None = None) -> int:
         help="relay: relay_tool (/mcp); team: the team tools (/mcp/team), in the run RELAY_SESSION_ID names "
              "(default: $OAR_MCP_TOOLS, else relay)",
     )
+    backup = commands.add_parser(
+        "backup", help="copy the relay's SQLite database to a file while it runs (PostgreSQL: pg_dump)",
+        description="A consistent copy of the relay's SQLite database, made with SQLite's online backup while the "
+                    "relay runs. Restore by putting the copy as oar.db in a data dir (docs/operations.md).",
+    )
+    backup.add_argument("file", type=Path, help="the backup file to write (it must not exist yet)")
     docs = commands.add_parser("docs", help="print a reference generated from the code: oar docs actions [--write]")
     docs.add_argument("reference", choices=("actions",))
     docs.add_argument("--write", action="store_true", help="write it to the project's docs/ folder instead")
-    args = parser.parse_args(argv)
-    logs.configure()
+    return parser
 
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # `oar` alone: what it can do, as a usage mistake
+        parser.print_help(sys.stderr)
+        return 2
+    if args.data_dir:  # the same as OAR_DATA_DIR, for this command and the processes it starts
+        os.environ["OAR_DATA_DIR"] = args.data_dir
+    logs.configure()
+    try:
+        return _run(args)
+    except NoRelayDatabase as error:
+        print(f"oar {args.command}: {error}", file=sys.stderr)
+        return 1
+
+
+def serve(argv: list[str], prog: str) -> int:
+    """`python app.py`: the embedded relay, with `--help`, `--version` and `--data-dir` like `oar serve`."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description=SERVE_DESCRIPTION + "\n\nThe other commands: python -m oar --help.",
+        epilog=ENVIRONMENT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"oar-relay {__version__}")
+    parser.add_argument("--data-dir", metavar="DIR", help=DATA_DIR_HELP)
+    args = parser.parse_args(argv)
+    return main([*(("--data-dir", args.data_dir) if args.data_dir else ()), "serve"])
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "serve":
         from oar.engine.launcher import main as serve
 
@@ -67,11 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "worker":
         from oar.engine.worker import main as run_worker
 
+        open_relay_database(from_environment())
         run_worker(args.processes)
         return 0
     if args.command == "clock":
         from oar.engine.clock import main as run_clock
 
+        open_relay_database(from_environment())
         run_clock()
         return 0
     if args.command == "migrate":
@@ -79,7 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "token":
         if args.revoke is not None:
             return _revoke(args.revoke, args.session)
-        return _token(args.owner, args.session)
+        if args.owner:
+            return _owner_token()
+        if not args.session:
+            print("oar token: give --owner or --session <id>", file=sys.stderr)
+            return 2
+        return _session_token(args.session)
     if args.command == "pair":
         return _pair(args.url, args.token, args.name, args.label)
     if args.command == "mcp":
@@ -88,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         return serve_mcp(args.tools)
     if args.command == "docs":
         return _docs(args.write)
+    if args.command == "backup":
+        return _backup(args.file)
     if args.show_help or not args.action:
         return _call_help(args.action, shown_for_mistake=not args.show_help)
     return _call(args.action, args.arguments)
@@ -97,27 +170,32 @@ def _migrate() -> int:
     from oar.core.db import open_database
     from oar.owner.bootstrap import migrate
 
-    open_database(from_environment())
+    config = from_environment()
+    open_database(config)
     applied = migrate()
     print(f"applied {len(applied)} migrations: {', '.join(applied)}" if applied else "database is up to date")
+    print(f"database: {where(config)}", file=sys.stderr)
     return 0
 
 
-def _token(owner: bool, session_id: str | None) -> int:
-    from oar.core.db import database, open_database
+def _owner_token() -> int:
+    """`oar token --owner`: a new owner token, printed once; the old one stops working."""
+    from oar.owner.bootstrap import reset_owner_token
+
+    open_relay_database(from_environment())
+    print(reset_owner_token())
+    return 0
+
+
+def _session_token(session_id: str) -> int:
+    """`oar token --session ID`: a new agent token of that conversation."""
+    from oar.core.db import database
     from oar.core.errors import ActionError
     from oar.core.runtime import Runtime
-    from oar.owner.bootstrap import reset_owner_token
     from oar.owner.conversations import issue_token
 
     config = from_environment()
-    open_database(config)
-    if owner:
-        print(reset_owner_token())
-        return 0
-    if not session_id:
-        print("oar token: give --owner or --session <id>", file=sys.stderr)
-        return 2
+    open_relay_database(config)
     with database.connection_context():
         try:
             _session, token = issue_token(Runtime(config, needs_redis=False), session_id)
@@ -131,7 +209,7 @@ def _token(owner: bool, session_id: str | None) -> int:
 def _revoke(token: str, session_id: str | None) -> int:
     """`oar token --revoke TOKEN` or `oar token --session ID --revoke`: the token's (or tokens')
     next call is refused with 401."""
-    from oar.core.db import database, open_database
+    from oar.core.db import database
     from oar.core.errors import ActionError
     from oar.core.runtime import Runtime
     from oar.owner.conversations import revoke_token, revoke_tokens
@@ -143,13 +221,13 @@ def _revoke(token: str, session_id: str | None) -> int:
         print("oar token: give either a token to revoke or --session, not both", file=sys.stderr)
         return 2
     config = from_environment()
-    open_database(config)
+    open_relay_database(config)
     runtime = Runtime(config, needs_redis=False)
     with database.connection_context():
         try:
             if token == ALL_TOKENS and session_id:
                 session, revoked = revoke_tokens(runtime, session_id)
-                print(f"revoked {revoked} agent token{'' if revoked == 1 else 's'} of session {session.id}")
+                print(f"revoked {plural(revoked, 'agent token')} of session {session.id}")
             else:
                 session = revoke_token(runtime, token)
                 print(f"revoked an agent token of session {session.id}")
@@ -162,7 +240,7 @@ def _revoke(token: str, session_id: str | None) -> int:
 def _pair(url: str | None, token: str | None, name: str | None, label: str | None) -> int:
     """`oar pair`: a new pairing token of this relay, printed once; `oar pair <url> <token>`: pair
     this relay with the relay at url (docs/relays.md#pairing)."""
-    from oar.core.db import database, open_database
+    from oar.core.db import database
     from oar.core.errors import ActionError
     from oar.core.runtime import Runtime
     from oar.federation import peers
@@ -172,7 +250,7 @@ def _pair(url: str | None, token: str | None, name: str | None, label: str | Non
         print("oar pair: give both the other relay's url and its pairing token, or neither", file=sys.stderr)
         return 2
     config = from_environment()
-    open_database(config)
+    open_relay_database(config)
     runtime = Runtime(config, needs_redis=False)
     with database.connection_context():
         try:
@@ -209,6 +287,19 @@ def _call_help(action: str | None, shown_for_mistake: bool) -> int:
         print(reference.call_help(), end="", file=sys.stderr)
         return 2
     print(reference.action_help(spec), end="")
+    return 0
+
+
+def _backup(destination: Path) -> int:
+    """`oar backup <file>`: the relay's database copied to file, said on stdout with its size."""
+    from oar.cli.backup import BackupRefused, back_up
+
+    try:
+        pages, size = back_up(from_environment(), destination)
+    except BackupRefused as error:
+        print(f"oar backup: {error}", file=sys.stderr)
+        return 1
+    print(f"backed up the relay's database to {destination} ({pages} pages, {size:,} bytes)")
     return 0
 
 

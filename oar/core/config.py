@@ -95,6 +95,17 @@ OWNER_TOKEN_MIN_CHARS = 32
 OWNER_TOKEN_MIN_DISTINCT = 10
 
 
+# The checkout this package runs from: the folder that holds `app.py` beside `oar/`.
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def default_data_dir() -> Path:
+    """`var/` in the checkout the relay runs from, wherever it is started: the relay and its
+    command line (`oar token`, `oar pair`, run from any folder) find the same database
+    (docs/operations.md#environment). A package installed elsewhere has no checkout: `./var`."""
+    return CHECKOUT / "var" if (CHECKOUT / "app.py").is_file() else Path("var")
+
+
 class ConfigError(ValueError):
     """A setting the relay refuses to start with; the message says which and what to do."""
 
@@ -103,7 +114,7 @@ class ConfigError(ValueError):
 class Config:
     host: str = "127.0.0.1"
     port: int = 8080
-    data_dir: Path = Path("./var")
+    data_dir: Path = field(default_factory=default_data_dir)
     database_url: str | None = None  # None: SQLite file in the data directory
     redis_url: str | None = None  # None: the embedded Redis (python app.py only)
     owner_token: str | None = None  # None: generated once, printed, stored hashed

@@ -283,3 +283,5 @@ NOTIFY_EXCERPT_CHARS = 140
 NOTIFY_MAX_CHANNELS = 20
 # Sent, dropped and failed outbox rows are kept this long (the Settings page shows the last ones).
 NOTIFY_KEEP_SECONDS = 7 * 86400
+# Browsers may keep the relay's /favicon.ico this long before asking again (a day).
+FAVICON_MAX_AGE_SECONDS = 86_400

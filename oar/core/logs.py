@@ -6,6 +6,7 @@ import json
 import logging
 import os
 from datetime import UTC, datetime
+from typing import Any
 
 
 class HiddenSQLParameters(logging.Filter):
@@ -43,9 +44,44 @@ class JSONFormatter(logging.Formatter):
             "message": record.getMessage(),
             "pid": record.process,
         }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):  # a call's line (`call_line`): its fields as the entry's own
+            entry.update(fields)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)
+
+
+# The logger of the one line per call (agents' relay_tool calls, the owner's writes), and the
+# variable that turns those lines off while the rest of the log stays (docs/operations.md#logs).
+CALL_LOGGER = "oar.calls"
+CALL_LOG_VARIABLE = "OAR_CALL_LOG"
+CALL_LOG_CHOICES = ("on", "off")
+_call_log = logging.getLogger(CALL_LOGGER)
+
+
+def call_line(kind: str, fields: dict[str, Any]) -> None:
+    """One call's line at INFO: `<kind> key=value …` as text, the fields as they are in JSON.
+
+    A value with a space, a quote or a line break is written as a JSON string, so that a
+    conversation's title cannot start a line of its own or read as another field."""
+    if not _call_log.isEnabledFor(logging.INFO):
+        return
+    shown = " ".join(f"{key}={_plain_or_quoted(value)}" for key, value in fields.items())
+    _call_log.info("%s %s", kind, shown, extra={"fields": fields})
+
+
+def _plain_or_quoted(value: Any) -> str:
+    text = str(value)
+    if text and not any(c.isspace() or c in "\"'=\\" for c in text):
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
+# HTTP client libraries that log every request they send at INFO ("HTTP Request: POST …"): the
+# stdio MCP bridge forwards each call over HTTP, so its stderr would hold a line per call. Their
+# warnings and errors still show, and at OAR_LOG_LEVEL=DEBUG all of it.
+CHATTY_HTTP_LOGGERS = ("httpx", "httpx2", "httpcore")
 
 
 def configure() -> None:
@@ -57,3 +93,9 @@ def configure() -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(os.environ.get("OAR_LOG_LEVEL", "INFO").upper())
+    for name in CHATTY_HTTP_LOGGERS:  # at DEBUG, everything
+        logging.getLogger(name).setLevel(logging.NOTSET if root.level <= logging.DEBUG else logging.WARNING)
+    call_log = os.environ.get(CALL_LOG_VARIABLE, "on").strip().lower()
+    _call_log.setLevel(logging.WARNING if call_log == "off" else logging.NOTSET)
+    if call_log not in CALL_LOG_CHOICES:
+        _call_log.warning("%s must be on or off, not %r; the call log stays on", CALL_LOG_VARIABLE, call_log[:40])

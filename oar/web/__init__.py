@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
-from flask import Flask, Response, abort, jsonify, request
+from flask import Flask, Response, abort, jsonify, request, send_from_directory
 from flask.json.provider import DefaultJSONProvider
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
@@ -164,6 +164,11 @@ def create_app(config: Config | None = None) -> Flask:
         }
         return jsonify(body), 500
 
+    @app.get("/favicon.ico")
+    def favicon() -> ResponseReturnValue:
+        # Browsers ask for it on every page without a <link rel="icon">; no sign-in needed for an icon.
+        return send_from_directory(app.static_folder or "static", "favicon.ico", max_age=defaults.FAVICON_MAX_AGE_SECONDS)
+
     @app.after_request
     def retry_after(response: Response) -> Response:
         # 429 and 503 answers say when to come back in the body; HTTP clients read the header.
@@ -182,6 +187,7 @@ def create_app(config: Config | None = None) -> Flask:
         openapi,
         openclaw,
         owner,
+        owner_log,
         owner_relays,
         page,
         page_live,  # noqa: F401  (its routes are on the page's blueprint, registered with it)
@@ -192,6 +198,7 @@ def create_app(config: Config | None = None) -> Flask:
         peer,
     )
 
+    owner_log.install(app)
     app.register_blueprint(page.blueprint)
     app.register_blueprint(api.blueprint)
     app.register_blueprint(owner.blueprint)

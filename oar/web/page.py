@@ -29,6 +29,7 @@ from oar.core.errors import ActionError, invalid
 from oar.core.fields import unstorable_text
 from oar.core.models import Provider as ProviderRow
 from oar.core.numbers import INT64_MAX, read_whole
+from oar.core.words import plural
 from oar.owner import conversations, inbox, providers, relays, schedules, settings, signins, subscriptions
 from oar.sessions import sessions, visibility
 from oar.web import page_auth, page_environment, page_filters, page_views, runtime
@@ -61,6 +62,7 @@ def setup(state: Any) -> None:
     page_auth.install(state.app)
     state.app.add_template_filter(page_filters.ago)
     state.app.add_template_filter(page_filters.when)
+    state.app.add_template_filter(plural)
 
 
 @blueprint.before_request

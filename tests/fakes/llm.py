@@ -36,6 +36,9 @@ class Plan:
     text: list[str] = field(default_factory=list)
     thinking: list[str] = field(default_factory=list)
     tool_args: list[str] = field(default_factory=list)
+    # The Responses API names the tool set a called tool came from, when the request gave its tools
+    # in one (`{"type": "namespace", "name": "mcp__relay", "tools": [...]}`, as the Codex CLI does).
+    tool_namespace: str | None = None
     finish: str = "stop"  # stop | length | tool_calls
     ending: str = "done"  # done | cut | drop | stall | silent
 
@@ -180,6 +183,8 @@ class FakeLLM:
         if "#html" in prompt:
             return Response("<html><body>Welcome to nginx</body></html>", content_type="text/html")
         plan = self._plan(prompt, continued, tool_result, budget)
+        if protocol == "responses":
+            plan.tool_namespace = _namespace_of(body, "relay_tool")
         writer = {"chat": chat_stream, "responses": responses_stream, "anthropic": anthropic_stream}[protocol]
         events = writer(plan)
         if "#long" in prompt and self.tokens_per_second > 0:
@@ -242,7 +247,7 @@ class FakeLLM:
     @staticmethod
     def _responses_texts(body: dict[str, Any]) -> tuple[list[str], str | None]:
         texts = [part["text"] for item in body["input"] if item.get("role") == "user" for part in item["content"] if part["type"] == "input_text"]
-        tools = [item["output"] for item in body["input"] if item.get("type") == "function_call_output"]
+        tools = [_output_text(item["output"]) for item in body["input"] if item.get("type") == "function_call_output"]
         return texts, tools[-1] if tools else None
 
     @staticmethod
@@ -257,6 +262,21 @@ class FakeLLM:
                 elif block["type"] == "tool_result":
                     tools.append(block["content"])
         return texts, tools[-1] if tools else None
+
+
+def _namespace_of(body: dict[str, Any], tool: str) -> str | None:
+    """The tool set (`"type": "namespace"`) of a Responses request that holds `tool`, if any."""
+    for entry in body.get("tools") or []:
+        if entry.get("type") == "namespace" and any(inner.get("name") == tool for inner in entry.get("tools") or []):
+            return str(entry.get("name"))
+    return None
+
+
+def _output_text(output: Any) -> str:
+    """A function_call_output's `output`: text, or a list of content parts with text."""
+    if isinstance(output, list):
+        return "".join(part.get("text", "") for part in output if isinstance(part, dict))
+    return str(output)
 
 
 def paced(events: Iterator[str], per_second: float) -> Iterator[str]:
@@ -308,14 +328,25 @@ def responses_stream(plan: Plan) -> Iterator[str]:
     yield sse({"type": "response.created", "response": {"id": "resp_1", "status": "in_progress"}}, "response.created")
     for piece in plan.thinking:
         yield sse({"type": "response.reasoning_summary_text.delta", "item_id": "rs_1", "delta": piece}, "response.reasoning_summary_text.delta")
+    message = {"type": "message", "id": "msg_1", "role": "assistant", "status": "in_progress", "content": []}
+    if plan.text:
+        yield sse({"type": "response.output_item.added", "output_index": 0, "item": message}, "response.output_item.added")
     for piece in plan.text:
         yield sse({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": piece}, "response.output_text.delta")
+    if plan.text and plan.ending == "done":
+        content = [{"type": "output_text", "text": "".join(plan.text), "annotations": []}]
+        done = {**message, "status": "completed", "content": content}
+        yield sse({"type": "response.output_item.done", "output_index": 0, "item": done}, "response.output_item.done")
     if plan.tool_args:
         item = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "relay_tool", "arguments": ""}
+        if plan.tool_namespace:
+            item["namespace"] = plan.tool_namespace
         yield sse({"type": "response.output_item.added", "output_index": 1, "item": item}, "response.output_item.added")
         for piece in plan.tool_args:
             yield sse({"type": "response.function_call_arguments.delta", "item_id": "fc_1", "output_index": 1, "delta": piece}, "response.function_call_arguments.delta")
         yield sse({"type": "response.function_call_arguments.done", "item_id": "fc_1", "output_index": 1, "arguments": "".join(plan.tool_args)}, "response.function_call_arguments.done")
+        done = {**item, "status": "completed", "arguments": "".join(plan.tool_args)}
+        yield sse({"type": "response.output_item.done", "output_index": 1, "item": done}, "response.output_item.done")
     yield from _cut_or_drop(plan, 'event: response.output_text.delta\ndata: {"type": "resp')
     if plan.ending in ("cut", "drop", "stall", "silent"):
         return
