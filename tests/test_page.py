@@ -372,6 +372,31 @@ def test_bad_settings_show_the_form_again_with_the_error_and_save_nothing(
     assert snapshot(relay) == before
 
 
+def test_each_settings_section_saves_its_own_settings_and_leaves_the_others(relay: Relay, owner: Browser) -> None:
+    """The Agents and rules form and the Team runs form post to one route: each names its section,
+    and an unticked box of one never clears a setting of the other."""
+    owner.get("/settings")
+    owner.post("/settings", settings_form(allow_shell_tasks="on", team_runs_shared="on", team_calls_per_minute="40"))
+    team = owner.post("/settings", {"section": "team", "team_calls_per_minute": "7", "team_writes_per_minute": "3"})
+    assert team.status_code == 200 and team.url.endswith("/settings#team") and "Settings saved." in team.text
+    saved = relay.owner.get("/api/v1/owner/settings")["settings"]
+    assert (saved["team_runs_shared"], saved["team_calls_per_minute"], saved["team_writes_per_minute"]) == (False, 7, 3)
+    assert (saved["agent_sessions_enabled"], saved["allow_shell_tasks"], saved["max_wait_seconds"]) == (True, True, 900)
+    agents = owner.post("/settings", {**settings_form(), "section": "agents"})
+    assert agents.url.endswith("/settings#agents")
+    saved = relay.owner.get("/api/v1/owner/settings")["settings"]
+    assert saved["allow_shell_tasks"] is False and (saved["team_calls_per_minute"], saved["team_writes_per_minute"]) == (7, 3)
+    before = snapshot(relay)
+    bad = owner.post("/settings", {"section": "team", "team_calls_per_minute": "many", "team_writes_per_minute": "3"})
+    assert bad.status_code == 400 and "team_calls_per_minute must be a whole number" in html.unescape(bad.text)
+    refused_in = bad.text.split('id="team"', 1)[1]
+    assert 'role="alert"' in refused_in and 'value="many"' in refused_in  # shown in its own section, as typed
+    assert 'name="max_wait_seconds" value="900"' in bad.text  # the other section keeps the stored values
+    unknown = owner.post("/settings", {"section": "everything", "relay_name": "hijacked"})
+    assert unknown.status_code == 400 and "names no section 'everything'" in html.unescape(unknown.text)
+    assert snapshot(relay) == before
+
+
 @pytest.fixture(scope="module")
 def fake_llm() -> Iterator[FakeLLM]:
     server = FakeLLM().start()
