@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from tests.support.browser import signed_in_tab
 from tests.support.clients import Agent
@@ -269,6 +269,34 @@ def test_settings_labels_read_as_one_text_their_controls_line_up_and_danger_butt
         assert contrast(*colours) >= 4.5, colours
         tab.locator("nav.toc a", has_text="Paired relays").click()
         expect(tab.locator("section#relays > h2")).to_be_in_viewport()
+
+
+def test_a_new_token_and_its_client_lines_are_copied_and_the_token_revoked_from_its_page(
+    chromium: Browser, relay: Relay, desk: Agent
+) -> None:
+    def grant(context: BrowserContext) -> None:
+        context.grant_permissions(["clipboard-read", "clipboard-write"], origin=relay.url)
+
+    with signed_in_tab(chromium, relay, prepare=grant, on_dialog=lambda dialog: dialog.accept(), viewport=PHONE) as tab:
+        tab.goto(f"/sessions/{desk.session_id}")
+        tab.get_by_role("link", name="Agent tokens").click()
+        tab.get_by_role("button", name="Make a new token").click()
+        token = tab.locator("#agent-token").inner_text()
+        assert token.startswith("oar_s_")
+        copy = tab.locator(".token-once .copyable button")
+        copy.click()
+        expect(copy).to_have_text("Copied")
+        assert tab.evaluate("navigator.clipboard.readText()") == token
+        tab.locator("#client-claude").get_by_role("button", name="Copy").click()
+        claude = tab.evaluate("navigator.clipboard.readText()")
+        assert claude == f'claude mcp add --transport http relay {relay.url}/mcp --header "Authorization: Bearer {token}"'
+        minted = Agent(relay.url, token, desk.session_id)
+        assert minted.call("list_sessions", relay="this")[0] == 200
+        tab.get_by_role("button", name="Revoke this token").click()
+        expect(tab.locator(".flash.ok")).to_contain_text("Revoked the token just shown")
+        assert tab.locator("#agent-token").count() == 0
+        assert minted.call("list_sessions", relay="this")[0] == 401
+        assert desk.call("list_sessions", relay="this")[0] == 200
 
 
 def test_a_cookie_copied_before_sign_out_opens_nothing_and_sign_out_everywhere_ends_the_rest(

@@ -1,5 +1,5 @@
 """The owner's page (docs/owner-api.md#the-page): sessions, a session and the Inbox, as HTML; its
-blueprint, sign-in guard and the form helpers its other modules (page_settings, …) share.
+blueprint, sign-in guard and the form helpers its other modules (page_settings, page_tokens, …) share.
 
 Server-rendered Jinja templates (autoescaped: agent-written text is never marked safe) and
 a little JavaScript that polls `/live/…` about once a second. Every form carries a CSRF
