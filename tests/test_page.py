@@ -6,7 +6,10 @@ The browser side (JavaScript, live updates) is in test_page_browser.py.
 from __future__ import annotations
 
 import html
+import json
+import logging
 import re
+import tomllib
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -15,11 +18,13 @@ import pytest
 import requests
 
 from oar.core import defaults, keys
+from oar.core.config import Config
 from oar.core.db import database
 from oar.core.models import Provider as ProviderRow
 from oar.core.models import Session as SessionRow
 from oar.core.models import SignIn
 from oar.core.timeutil import utcnow
+from oar.web.page_tokens import relay_address
 from tests.fakes.llm import FakeLLM
 from tests.support.clients import Agent, poll
 from tests.support.conversations import pending_card, relay_line
@@ -372,6 +377,31 @@ def test_bad_settings_show_the_form_again_with_the_error_and_save_nothing(
     assert snapshot(relay) == before
 
 
+def test_each_settings_section_saves_its_own_settings_and_leaves_the_others(relay: Relay, owner: Browser) -> None:
+    """The Agents and rules form and the Team runs form post to one route: each names its section,
+    and an unticked box of one never clears a setting of the other."""
+    owner.get("/settings")
+    owner.post("/settings", settings_form(allow_shell_tasks="on", team_runs_shared="on", team_calls_per_minute="40"))
+    team = owner.post("/settings", {"section": "team", "team_calls_per_minute": "7", "team_writes_per_minute": "3"})
+    assert team.status_code == 200 and team.url.endswith("/settings#team") and "Settings saved." in team.text
+    saved = relay.owner.get("/api/v1/owner/settings")["settings"]
+    assert (saved["team_runs_shared"], saved["team_calls_per_minute"], saved["team_writes_per_minute"]) == (False, 7, 3)
+    assert (saved["agent_sessions_enabled"], saved["allow_shell_tasks"], saved["max_wait_seconds"]) == (True, True, 900)
+    agents = owner.post("/settings", {**settings_form(), "section": "agents"})
+    assert agents.url.endswith("/settings#agents")
+    saved = relay.owner.get("/api/v1/owner/settings")["settings"]
+    assert saved["allow_shell_tasks"] is False and (saved["team_calls_per_minute"], saved["team_writes_per_minute"]) == (7, 3)
+    before = snapshot(relay)
+    bad = owner.post("/settings", {"section": "team", "team_calls_per_minute": "many", "team_writes_per_minute": "3"})
+    assert bad.status_code == 400 and "team_calls_per_minute must be a whole number" in html.unescape(bad.text)
+    refused_in = bad.text.split('id="team"', 1)[1]
+    assert 'role="alert"' in refused_in and 'value="many"' in refused_in  # shown in its own section, as typed
+    assert 'name="max_wait_seconds" value="900"' in bad.text  # the other section keeps the stored values
+    unknown = owner.post("/settings", {"section": "everything", "relay_name": "hijacked"})
+    assert unknown.status_code == 400 and "names no section 'everything'" in html.unescape(unknown.text)
+    assert snapshot(relay) == before
+
+
 @pytest.fixture(scope="module")
 def fake_llm() -> Iterator[FakeLLM]:
     server = FakeLLM().start()
@@ -515,6 +545,87 @@ def test_starting_a_conversation_shows_its_agent_token_once(relay: Relay, owner:
     assert poll("the first reply", lambda: "echo: hello" in owner.get(f"/sessions/{session['id']}").text)
     refused = owner.post("/sessions/new", {"title": "x", "provider": "nosuch"})
     assert refused.status_code == 400 and "nosuch" in refused.text and 'value="x"' in refused.text
+
+
+# A conversation's agent tokens -------------------------------------------------------------------
+
+
+def lines_of(page: requests.Response, key: str) -> str:
+    """The text of one client's ready-made lines on a token page."""
+    found = re.search(rf'<pre id="lines-{key}">(.*?)</pre>', page.text, flags=re.S)
+    assert found is not None, key
+    return html.unescape(found.group(1))
+
+
+def test_a_token_minted_on_the_conversations_page_comes_with_each_clients_lines_and_is_revoked_there(
+    relay: Relay, owner: Browser, desk: Agent, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    here = f"/sessions/{desk.session_id}/tokens"
+    assert f'href="{here}"' in owner.get(f"/sessions/{desk.session_id}").text
+    assert "This conversation has 1 working agent token." in text_of(owner.get(here))
+    page = owner.post(here)
+    assert page.status_code == 201 and page.headers["Cache-Control"] == "no-store"
+    token = html.unescape(re.search(r'<code class="token" id="agent-token">([^<]+)</code>', page.text).group(1))
+    assert token.startswith("oar_s_") and "2 working agent tokens" in text_of(page)
+    address = relay.config.base_url
+    assert lines_of(page, "claude") == (
+        f'claude mcp add --transport http relay {address}/mcp --header "Authorization: Bearer {token}"')
+    assert tomllib.loads(lines_of(page, "codex")) == {"mcp_servers": {"relay": {
+        "url": f"{address}/mcp", "bearer_token_env_var": "OAR_TOKEN", "default_tools_approval_mode": "approve"}}}
+    assert lines_of(page, "codex-token") == f"export OAR_TOKEN={token}"
+    assert json.loads(lines_of(page, "cursor")) == {"mcpServers": {"relay": {
+        "url": f"{address}/mcp", "headers": {"Authorization": f"Bearer {token}"}}}}
+    stdio = json.loads(lines_of(page, "stdio"))["mcpServers"]["relay"]
+    assert stdio["args"][-1] == "mcp" and (stdio["env"]["OAR_URL"], stdio["env"]["OAR_TOKEN"]) == (address, token)
+    minted = Agent(relay.url, token, desk.session_id)
+    assert minted.call("list_sessions", relay="this")[0] == 200
+    assert desk.call("list_sessions", relay="this")[0] == 200  # the token made before still works
+    assert token not in owner.get(here).text  # shown once
+
+    revoked = owner.post(f"{here}/revoke", {"token": token})
+    assert revoked.url.endswith(here) and "Revoked the token just shown" in text_of(revoked)
+    assert minted.call("list_sessions", relay="this")[0] == 401
+    assert desk.call("list_sessions", relay="this")[0] == 200
+    again = owner.post(f"{here}/revoke", {"token": token})
+    assert "That is not an agent token on this relay" in text_of(again)
+
+    another = Agent(relay.url, html.unescape(re.search(r'id="agent-token">([^<]+)<', owner.post(here).text).group(1)),
+                    desk.session_id)
+    everything = owner.post(f"{here}/revoke-all")
+    assert "Revoked 2 agent tokens of “desk”" in text_of(everything) and "has 0 working agent tokens" in text_of(everything)
+    for agent in (desk, another):
+        status, answer = agent.call("list_sessions", relay="this")
+        assert (status, answer["code"]) == (401, "REMOTE_RELAY_UNAUTHORIZED")
+    assert token not in caplog.text and another.token not in caplog.text  # never in a log line
+
+
+def test_the_token_pages_forms_need_the_csrf_token_and_an_archived_conversation_gets_none(
+    relay: Relay, owner: Browser, desk: Agent
+) -> None:
+    here = f"/sessions/{desk.session_id}/tokens"
+    owner.get(here)
+    before = snapshot(relay)
+    for path in (here, f"{here}/revoke-all", f"{here}/revoke"):
+        for csrf in ("", "not-the-token"):
+            response = owner.post(path, {"token": desk.token}, csrf=csrf)
+            assert response.status_code == 400 and "security token (CSRF)" in response.text, (path, csrf)
+            assert "oar_s_" not in response.text.replace(desk.token, "")
+    assert snapshot(relay) == before and desk.call("list_sessions", relay="this")[0] == 200
+    relay.owner.post(f"/api/v1/owner/sessions/{desk.session_id}/archive")
+    page = owner.get(here)
+    assert "This session is archived" in text_of(page) and f'action="{here}"' not in page.text
+    refused = owner.post(here)
+    assert f"Session {desk.session_id[:8]} is archived" in text_of(refused) and "oar_s_" not in refused.text
+    assert owner.get("/sessions/nosuchsession/tokens").status_code == 404
+
+
+def test_the_lines_name_the_public_url_else_the_relays_own_address_else_the_pages() -> None:
+    page = "http://192.168.1.20:8080/"
+    assert relay_address(Config(host="127.0.0.1", port=9000), page) == "http://127.0.0.1:9000"
+    assert relay_address(Config(host="0.0.0.0", port=8080, public_url="https://relay.example/"), page) == "https://relay.example"
+    for everywhere in ("0.0.0.0", "::"):
+        assert relay_address(Config(host=everywhere, port=8080), page) == "http://192.168.1.20:8080"
 
 
 # A session page ---------------------------------------------------------------------------------

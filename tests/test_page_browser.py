@@ -6,6 +6,10 @@ on an approval card until the owner allows it. Waits are on page conditions, nev
 
 `OAR_WRITE_SCREENSHOTS=1 python -m pytest tests/test_page_browser.py -k screenshots`
 refreshes docs/screenshots/ (the README's pictures).
+
+Layout facts are measured on element boxes at a desktop (1280×800) and a phone (390×844) size:
+a session page opens on its messages with its settings folded, a label's words (and the <code>
+in them) flow as one text, the fields side by side line up, and a danger button is readable.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from tests.support.browser import signed_in_tab
 from tests.support.clients import Agent
@@ -25,6 +29,74 @@ from tests.support.relays import Relay
 
 SCREENSHOTS = PROJECT / "docs" / "screenshots"
 XSS = "<img src=x onerror=alert(1)>"
+DESKTOP = {"width": 1280, "height": 800}
+PHONE = {"width": 390, "height": 844}
+SIZES = pytest.mark.parametrize("size", [DESKTOP, PHONE], ids=["desktop", "phone"])
+
+# Pieces of a label's words (<code>, <strong>) that sit on a line with none of the label's other
+# text: the words were broken into separate boxes (as a grid or flex label does to them).
+PIECES_ALONE = """() => {
+  const alone = [];
+  for (const piece of document.querySelectorAll("main label code, main label strong")) {
+    const box = piece.getBoundingClientRect();
+    const walker = document.createTreeWalker(piece.closest("label"), NodeFilter.SHOW_TEXT);
+    let shared = false;
+    while (walker.nextNode() && !shared) {
+      const node = walker.currentNode;
+      if (piece.contains(node) || !node.textContent.trim() || node.parentElement.closest("select, textarea")) continue;
+      const range = document.createRange();
+      range.selectNodeContents(node);
+      shared = [...range.getClientRects()].some(r => r.width > 0 && r.top < box.bottom - 2 && r.bottom > box.top + 2);
+    }
+    if (!shared) alone.push(piece.textContent);
+  }
+  return alone;
+}"""
+# Controls of fields side by side (.pair) on one row whose tops differ by more than a pixel.
+MISALIGNED = """() => {
+  const off = [];
+  for (const pair of document.querySelectorAll("main .pair")) {
+    const boxes = [...pair.querySelectorAll(":scope > label > input, :scope > label > select")]
+      .map(control => [control.name, control.getBoundingClientRect()]);
+    for (const [name, box] of boxes) {
+      for (const [other, next] of boxes) {
+        const sameRow = next.top < box.bottom && next.bottom > box.top;
+        if (sameRow && Math.abs(next.top - box.top) > 1) off.push(name + " / " + other);
+      }
+    }
+  }
+  return off;
+}"""
+# Labels whose words are torn into columns: two pieces of text on one line with a gap between
+# them wider than a space (the sandbox box's words once stood in three columns).
+TORN = """() => [...document.querySelectorAll("main label")].filter(label => {
+  const rects = [];
+  const walker = document.createTreeWalker(label, NodeFilter.SHOW_TEXT);
+  while (walker.nextNode()) {
+    const node = walker.currentNode;
+    if (!node.textContent.trim() || node.parentElement.closest("select, textarea")) continue;
+    const range = document.createRange();
+    range.selectNodeContents(node);
+    rects.push(...[...range.getClientRects()].filter(r => r.width > 0));
+  }
+  const sameLine = (a, b) => Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > Math.min(a.height, b.height) / 2;
+  return rects.some(a => {
+    const next = rects.filter(b => b !== a && sameLine(a, b) && b.left >= a.right - 1).map(b => b.left);
+    return next.length > 0 && Math.min(...next) > a.right + 12;
+  });
+}).map(label => label.textContent.trim().slice(0, 40))"""
+
+
+def luminance(rgb: str) -> float:
+    channels = [int(part) / 255 for part in rgb[rgb.index("(") + 1:rgb.index(")")].split(",")[:3]]
+    linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def contrast(foreground: str, background: str) -> float:
+    """WCAG's contrast ratio of two computed `rgb(…)` colours."""
+    light, dark = sorted((luminance(foreground), luminance(background)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
 
 
 @pytest.fixture
@@ -111,7 +183,7 @@ def test_an_agents_create_session_waits_for_the_card_and_completes_on_allow(rela
     assert relay.owner.get(f"/api/v1/owner/sessions/{lead.session_id}")["session"]["approvals"] == ["create_sessions"]
 
 
-def test_screenshots_of_the_session_page_and_the_inbox(relay: Relay, tab: Page, tmp_path: Path) -> None:
+def test_screenshots_of_the_session_page_the_inbox_the_list_and_settings(relay: Relay, tab: Page, tmp_path: Path) -> None:
     """Realistic pictures for the README (written to docs/ only when OAR_WRITE_SCREENSHOTS=1)."""
     target = SCREENSHOTS if os.environ.get("OAR_WRITE_SCREENSHOTS") else tmp_path
     target.mkdir(parents=True, exist_ok=True)
@@ -145,7 +217,86 @@ def test_screenshots_of_the_session_page_and_the_inbox(relay: Relay, tab: Page, 
     tab.goto("/")
     expect(tab.locator(".watch-count")).to_have_text("watching 1 session")
     tab.screenshot(path=str(target / "sessions.png"), full_page=True)
-    assert (target / "session.png").stat().st_size > 10_000 and (target / "inbox.png").stat().st_size > 10_000
+    tab.set_viewport_size({"width": 1100, "height": 820})
+    tab.goto("/settings#agents")
+    expect(tab.locator("section#agents > h2")).to_be_in_viewport()
+    tab.screenshot(path=str(target / "settings.png"))
+    for name in ("session", "inbox", "sessions", "settings"):
+        assert (target / f"{name}.png").stat().st_size > 10_000, name
+
+
+@SIZES
+def test_a_session_page_opens_on_its_messages_with_its_settings_folded(
+    chromium: Browser, relay: Relay, size: dict[str, int]
+) -> None:
+    release = relay.conversation("Release 2.4: migration plan")
+    write(relay, release.session_id, "Review the migration plan in docs/migrate.md and list what is risky.")
+    with signed_in_tab(chromium, relay, viewport=size) as tab:
+        tab.goto(f"/sessions/{release.session_id}")
+        first = tab.locator(".messages .msg").first
+        expect(first).to_contain_text("Review the migration plan")
+        box = first.bounding_box()
+        assert box is not None and box["y"] + box["height"] <= size["height"], box  # above the fold
+        settings = tab.locator("details.session-settings")
+        may_create = tab.locator("input[name=may_create_sessions]")
+        expect(may_create).to_be_hidden()
+        settings.locator("summary").click()
+        expect(may_create).to_be_visible()
+        # The header region is re-rendered when the conversation changes; what the owner opened stays open.
+        relay.owner.patch(f"/api/v1/owner/sessions/{release.session_id}", {"title": "Release 2.4: renamed"})
+        expect(tab.locator("h1")).to_have_text("Release 2.4: renamed")
+        expect(may_create).to_be_visible()
+        may_create.check()  # saves at once (data-autosubmit)
+        expect(tab.locator(".flash.ok")).to_have_text("Agents in this conversation may now start sessions.")
+        assert relay.owner.get(f"/api/v1/owner/sessions/{release.session_id}")["session"]["mayCreateSessions"] is True
+
+
+@SIZES
+def test_settings_labels_read_as_one_text_their_controls_line_up_and_danger_buttons_are_readable(
+    chromium: Browser, relay: Relay, size: dict[str, int]
+) -> None:
+    with signed_in_tab(chromium, relay, viewport=size) as tab:
+        tab.goto("/settings")
+        expect(tab.locator("nav.toc a")).to_have_count(6)
+        for section in ("providers", "agents", "notifications", "relays", "access", "team"):
+            expect(tab.locator(f"section.panel#{section} > h2")).to_be_visible()
+        assert tab.evaluate(PIECES_ALONE) == []
+        assert tab.evaluate(MISALIGNED) == []
+        assert tab.evaluate(TORN) == []
+        assert tab.evaluate("document.documentElement.scrollWidth") <= size["width"]  # nothing wider than the screen
+        button = tab.get_by_role("button", name="Sign out everywhere")
+        colours = button.evaluate("b => [getComputedStyle(b).color, getComputedStyle(b).backgroundColor]")
+        assert contrast(*colours) >= 4.5, colours
+        tab.locator("nav.toc a", has_text="Paired relays").click()
+        expect(tab.locator("section#relays > h2")).to_be_in_viewport()
+
+
+def test_a_new_token_and_its_client_lines_are_copied_and_the_token_revoked_from_its_page(
+    chromium: Browser, relay: Relay, desk: Agent
+) -> None:
+    def grant(context: BrowserContext) -> None:
+        context.grant_permissions(["clipboard-read", "clipboard-write"], origin=relay.url)
+
+    with signed_in_tab(chromium, relay, prepare=grant, on_dialog=lambda dialog: dialog.accept(), viewport=PHONE) as tab:
+        tab.goto(f"/sessions/{desk.session_id}")
+        tab.get_by_role("link", name="Agent tokens").click()
+        tab.get_by_role("button", name="Make a new token").click()
+        token = tab.locator("#agent-token").inner_text()
+        assert token.startswith("oar_s_")
+        copy = tab.locator(".token-once .copyable button")
+        copy.click()
+        expect(copy).to_have_text("Copied")
+        assert tab.evaluate("navigator.clipboard.readText()") == token
+        tab.locator("#client-claude").get_by_role("button", name="Copy").click()
+        claude = tab.evaluate("navigator.clipboard.readText()")
+        assert claude == f'claude mcp add --transport http relay {relay.url}/mcp --header "Authorization: Bearer {token}"'
+        minted = Agent(relay.url, token, desk.session_id)
+        assert minted.call("list_sessions", relay="this")[0] == 200
+        tab.get_by_role("button", name="Revoke this token").click()
+        expect(tab.locator(".flash.ok")).to_contain_text("Revoked the token just shown")
+        assert tab.locator("#agent-token").count() == 0
+        assert minted.call("list_sessions", relay="this")[0] == 401
+        assert desk.call("list_sessions", relay="this")[0] == 200
 
 
 def test_a_cookie_copied_before_sign_out_opens_nothing_and_sign_out_everywhere_ends_the_rest(

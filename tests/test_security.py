@@ -228,7 +228,8 @@ def test_every_form_without_its_csrf_token_is_refused_and_changes_nothing(
 def test_every_form_the_page_renders_carries_the_csrf_token(relay: Relay, desk: Agent, ids: dict[str, str],
                                                             signed_in: requests.Session) -> None:
     desk.ok("ask", relay="this", question="Which?", options=["a", "b"])
-    pages = ["/", "/?show=archived", "/inbox", "/settings", f"/sessions/{desk.session_id}", f"/sessions/{ids['session_id']}"]
+    pages = ["/", "/?show=archived", "/inbox", "/settings", f"/sessions/{desk.session_id}", f"/sessions/{ids['session_id']}",
+             f"/sessions/{desk.session_id}/tokens"]
     counted = 0
     for path in pages:
         html = signed_in.get(relay.url + path, timeout=30).text

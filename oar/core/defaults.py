@@ -125,6 +125,9 @@ SIGN_IN_SEEN_EVERY_SECONDS = 60
 # Wrong owner tokens one client address may send in the window; then sign-in waits.
 SIGN_IN_FAILURES_ALLOWED = 5
 SIGN_IN_FAILURE_WINDOW_SECONDS = 300
+# OAR_HOST values that listen on every address: such a relay has no one address of its own, so a
+# conversation's token page fills in the address it was opened at (docs/owner-api.md#agent-tokens-on-the-page).
+EVERY_ADDRESS_HOSTS = ("0.0.0.0", "::", "[::]")
 
 # Schedules (docs/schedules.md).
 # Active schedules firing into one conversation, and set by one conversation for others.

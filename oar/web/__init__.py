@@ -194,7 +194,9 @@ def create_app(config: Config | None = None) -> Flask:
         page_notify,  # noqa: F401  (its routes are on the page's blueprint, registered with it)
         page_openclaw,  # noqa: F401  (its routes are on the page's blueprint, registered with it)
         page_relays,  # noqa: F401  (its routes are on the page's blueprint, registered with it)
+        page_settings,  # noqa: F401  (its routes are on the page's blueprint, registered with it)
         page_team,  # noqa: F401  (its routes are on the page's blueprint, registered with it)
+        page_tokens,  # noqa: F401  (its routes are on the page's blueprint, registered with it)
         peer,
     )
 

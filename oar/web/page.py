@@ -1,4 +1,5 @@
-"""The owner's page (docs/owner-api.md#the-page): sessions, a session, the Inbox and settings, as HTML.
+"""The owner's page (docs/owner-api.md#the-page): sessions, a session and the Inbox, as HTML; its
+blueprint, sign-in guard and the form helpers its other modules (page_settings, page_tokens, …) share.
 
 Server-rendered Jinja templates (autoescaped: agent-written text is never marked safe) and
 a little JavaScript that polls `/live/…` about once a second. Every form carries a CSRF
@@ -7,7 +8,6 @@ token and every action calls the same owner service function (`oar.owner`) as th
 
 from __future__ import annotations
 
-import shlex
 import unicodedata
 from typing import Any
 
@@ -27,12 +27,11 @@ from werkzeug.exceptions import HTTPException
 
 from oar.core.errors import ActionError, invalid
 from oar.core.fields import unstorable_text
-from oar.core.models import Provider as ProviderRow
 from oar.core.numbers import INT64_MAX, read_whole
 from oar.core.words import plural
-from oar.owner import conversations, inbox, providers, relays, schedules, settings, signins, subscriptions
-from oar.sessions import sessions, visibility
-from oar.web import page_auth, page_environment, page_filters, page_views, runtime
+from oar.owner import conversations, inbox, schedules, subscriptions
+from oar.sessions import sessions
+from oar.web import page_auth, page_filters, page_views, runtime
 from oar.web.auth import is_owner_token
 
 blueprint = Blueprint("page", __name__)
@@ -44,18 +43,6 @@ LIVE = {
     "page.live_session", "page.live_overview", "page.live_inbox", "page.live_notifications", "page.live_team_run",
     "page.live_team_runs",
 }
-
-SETTING_BOOLS = ("agent_sessions_enabled", "accept_agent_prompts", "allow_shell_tasks", "shell_tasks_via_shell",
-                 "tasks_without_sandbox", "tasks_use_network", "team_runs_shared")
-SETTING_INTS = ("max_wait_seconds", "max_turn_seconds", "quiet_after_minutes", "rate_calls_per_minute",
-                "rate_writes_per_minute", "team_calls_per_minute", "team_writes_per_minute",
-                "max_running_tasks_per_session", "max_running_tasks", "max_task_minutes")
-# The owner's sessions_visibility choices as the form names them (docs/rules.md#visibility), widest first.
-VISIBILITY_CHOICES = {value: visibility.WHAT_IT_SEES[value] for value in ("all", "agent", "tree", "self")}
-# Provider options the form does not show; editing a provider of the same kind keeps them.
-PROVIDER_KEPT_OPTIONS = ("family", "billing", "workspace", "dotted_model_ids", "resume_args", "output_format", "end_of_options")
-PROVIDER_KINDS_OFFERED = ("chat", "responses", "anthropic", "cli", "external", "echo")
-
 
 @blueprint.record_once
 def setup(state: Any) -> None:
@@ -340,27 +327,7 @@ def cancel_schedule(schedule_id: str) -> ResponseReturnValue:
     return done(f"Cancelled ⏰ {row.title}." if ended else f"{row.id} had already ended.", url_for("page.index"))
 
 
-# Settings ---------------------------------------------------------------------------------------
-
-
-def settings_page(status: int = 200, **extra: Any) -> ResponseReturnValue:
-    values = extra.pop("values", None) or settings.read_settings(runtime())
-    editing = extra.pop("provider_values", None)
-    if editing is None and request.args.get("edit"):
-        row = ProviderRow.get_or_none(ProviderRow.name == request.args["edit"])
-        if row is not None:
-            editing = provider_form_values(row)
-    return render_template(
-        "settings.html", page_kind="settings", values=values, providers=page_views.provider_list(),
-        provider_values=editing or {"kind": "chat"}, kinds=PROVIDER_KINDS_OFFERED, sign_ins=signins.count(),
-        visibilities=VISIBILITY_CHOICES,
-        paired=relays.list_relays(runtime()), pairing_tokens=relays.list_pairing_tokens(runtime()), **extra,
-    ), status
-
-
-@blueprint.get("/settings")
-def settings_view() -> ResponseReturnValue:
-    return settings_page()
+# Form values ------------------------------------------------------------------------------------
 
 
 def whole_number(text: str) -> Any:
@@ -371,103 +338,8 @@ def whole_number(text: str) -> Any:
     return text if number is None else number
 
 
-@blueprint.post("/settings")
-def save_settings() -> ResponseReturnValue:
-    changes: dict[str, Any] = {name: name in request.form for name in SETTING_BOOLS}
-    for name in SETTING_INTS:
-        changes[name] = whole_number(form_text(name))
-    changes["relay_name"] = form_text("relay_name")
-    changes["sessions_visibility"] = form_text("sessions_visibility")
-    changes["allowed_roots"] = [line.strip() for line in form_text("allowed_roots").splitlines() if line.strip()]
-    try:
-        if unstorable_text(changes):
-            raise invalid("The form holds text the relay cannot store (a NUL character). Nothing was changed.")
-        settings.change_settings(runtime(), changes)
-    except ActionError as error:
-        shown = {**changes, "allowed_roots": changes["allowed_roots"]}
-        return settings_page(400, values=shown, settings_error=error.message)
-    flash("Settings saved.", "ok")
-    return redirect(url_for("page.settings_view"), code=303)
-
-
-def provider_form_values(row: ProviderRow) -> dict[str, Any]:
-    """A stored provider as the form shows it (never its API key)."""
-    options = row.options or {}
-    return {
-        "name": row.name,
-        "kind": row.kind,
-        "base_url": options.get("base_url", ""),
-        "models": ", ".join(options.get("models") or []),
-        "default_model": options.get("default_model", ""),
-        "efforts": ", ".join(options.get("efforts") or []),
-        "monthly_token_cap": options.get("monthly_token_cap") or "",
-        "command": shlex.join(options.get("command") or []),
-        "environment": page_environment.lines(options.get("environment") or {}),
-        "editing": True,
-    }
-
-
 def comma_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
-
-
-@blueprint.post("/settings/providers")
-def save_provider() -> ResponseReturnValue:
-    shown = {key: form_text(key).strip() for key in
-             ("name", "kind", "base_url", "models", "default_model", "efforts", "monthly_token_cap", "command")}
-    shown["environment"] = form_text("environment")
-    name = shown["name"]
-    try:
-        fields: dict[str, Any] = {
-            "kind": shown["kind"],
-            "base_url": shown["base_url"],
-            "api_key": form_text("api_key").strip(),  # empty: the stored key is kept
-            "models": comma_list(shown["models"]),
-            "default_model": shown["default_model"],
-            "efforts": comma_list(shown["efforts"]),
-            "monthly_token_cap": whole_number(shown["monthly_token_cap"]) if shown["monthly_token_cap"] else None,
-            "environment": page_environment.parsed(shown["environment"]),
-        }
-        if shown["command"]:
-            try:
-                fields["command"] = shlex.split(shown["command"])
-            except ValueError as error:
-                raise invalid(f"provider: command is not a valid argument list ({error}). Nothing was changed.") from None
-        existing = ProviderRow.get_or_none(ProviderRow.name == name)
-        if existing is not None and existing.kind == shown["kind"]:
-            for key in PROVIDER_KEPT_OPTIONS:
-                if key in (existing.options or {}):
-                    fields.setdefault(key, existing.options[key])
-        if not name:
-            raise invalid("provider: give the provider a name. Nothing was changed.")
-        row, note = providers.save_provider(runtime(), name, payload_of(fields))
-    except ActionError as error:
-        # Typed secrets are not shown back, as a typed API key is not: their lines keep the name.
-        shown["environment"] = page_environment.without_secret_values(shown["environment"])
-        return settings_page(400, provider_values=shown, provider_error=error.message)
-    models = ", ".join((row.options or {}).get("models") or []) or "none listed"
-    flash(f'Provider "{row.name}" saved. Models: {models}.' + (f" {note}" if note else ""), "ok")
-    return redirect(url_for("page.settings_view") + "#providers", code=303)
-
-
-@blueprint.post("/settings/tokens/revoke")
-def revoke_token() -> ResponseReturnValue:
-    here = url_for("page.settings_view") + "#access"
-    try:
-        session = conversations.revoke_given_token(runtime(), payload_of({"token": form_text("token").strip()}))
-    except ActionError as error:
-        return refused(error, here)
-    return done(f"Revoked an agent token of session {session.id[:8]} ({session.title}).", here)
-
-
-@blueprint.post("/settings/providers/<name>/delete")
-def delete_provider(name: str) -> ResponseReturnValue:
-    here = url_for("page.settings_view") + "#providers"
-    try:
-        providers.delete_provider(runtime(), name)
-    except ActionError as error:
-        return refused(error, here)
-    return done(f'Provider "{name}" deleted.', here)
 
 
 # Errors -----------------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ from flask.typing import ResponseReturnValue
 from oar.core.errors import ActionError
 from oar.owner import relays
 from oar.web import runtime
-from oar.web.page import blueprint, done, form_text, payload_of, refused, settings_page
+from oar.web.page import blueprint, done, form_text, payload_of, refused
+from oar.web.page_settings import settings_page
 
 
 def _here() -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 from oar import providers
 from oar.approvals import cards
-from oar.core.models import Group, Message, Schedule, Session
+from oar.core.models import AgentToken, Group, Message, Schedule, Session
 from oar.core.statuses import ERRED_TURN, LIVE_TURN, UNANSWERED_TURN, TurnStatus
 from oar.openclaw.access import overrides
 from oar.openclaw.runs import provenance_of
@@ -298,6 +298,11 @@ def inbox() -> dict[str, Any]:
 
 
 # Settings ------------------------------------------------------------------------------------
+
+
+def token_count(session_id: str) -> int:
+    """How many agent tokens of a conversation work (its token page says it)."""
+    return AgentToken.select().where(AgentToken.session == session_id).count()
 
 
 def provider_list() -> list[dict[str, Any]]:

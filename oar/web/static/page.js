@@ -24,7 +24,17 @@
 
   function typingIn(element) {
     const active = document.activeElement;
-    return active && element.contains(active) && "value" in active && active.value !== "";
+    if (active && element.contains(active) && "value" in active && active.value !== "") return true;
+    // A form changed and not saved yet (boxes ticked, a choice made): keep what the owner did.
+    return element.querySelector("form[data-changed]") !== null;
+  }
+
+  // A region swapped for its new version keeps what the owner opened (the session's Settings).
+  function keepOpen(current, next) {
+    current.querySelectorAll("details[id]").forEach(function (details) {
+      const fresh = next.querySelector("details#" + CSS.escape(details.id));
+      if (fresh) fresh.open = details.open;
+    });
   }
 
   function showInFlight(flight) {
@@ -53,7 +63,9 @@
       const next = region(name, fresh);
       const current = region(name);
       if (!next || !current || typingIn(current)) continue;
-      current.replaceWith(document.importNode(next, true));
+      const imported = document.importNode(next, true);
+      keepOpen(current, imported);
+      current.replaceWith(imported);
     }
   }
 
@@ -121,6 +133,42 @@
   document.addEventListener("change", function (event) {
     const form = event.target.closest && event.target.closest("form[data-autosubmit]");
     if (form) form.requestSubmit();
+  });
+
+  // A form the owner changed and has not sent (autosubmit forms send at once).
+  document.addEventListener("change", function (event) {
+    const form = event.target.form;
+    if (form && !form.hasAttribute("data-autosubmit")) form.dataset.changed = "";
+  });
+
+  // <button data-copy="selector">: copy that element's text (a token, a client's lines). The
+  // Clipboard API needs a secure context (https, or this machine); elsewhere the text is
+  // selected and copied the old way.
+  document.addEventListener("click", async function (event) {
+    const button = event.target.closest && event.target.closest("button[data-copy]");
+    if (!button) return;
+    const source = document.querySelector(button.dataset.copy);
+    if (!source) return;
+    const text = source.textContent;
+    let copied = false;
+    try {
+      if (navigator.clipboard && window.isSecureContext) {
+        await navigator.clipboard.writeText(text);
+        copied = true;
+      }
+    } catch (error) {
+      copied = false;
+    }
+    if (!copied) {
+      const range = document.createRange();
+      range.selectNodeContents(source);
+      const selection = window.getSelection();
+      selection.removeAllRanges();
+      selection.addRange(range);
+      copied = document.execCommand("copy");
+    }
+    button.textContent = copied ? "Copied" : "Selected: copy it now";
+    button.classList.toggle("copied", copied);
   });
 
   // <form data-confirm="…">: ask before something that cannot be undone.
