@@ -175,6 +175,7 @@ def create_app(config: Config | None = None) -> Flask:
 
     from oar.web import (
         api,
+        decide,
         external,
         health,
         mcp,
@@ -193,6 +194,7 @@ def create_app(config: Config | None = None) -> Flask:
     )
 
     app.register_blueprint(page.blueprint)
+    app.register_blueprint(decide.blueprint)
     app.register_blueprint(api.blueprint)
     app.register_blueprint(owner.blueprint)
     app.register_blueprint(owner_relays.blueprint)
