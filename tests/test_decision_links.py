@@ -36,7 +36,7 @@ from tests.support.conversations import write
 from tests.support.push import BrowserKeys, PushService
 from tests.support.relays import FAST_TIMES, Relay, RelayStack, own_relay
 from tests.support.service_worker import needs_node, pushed_and_clicked
-from tests.support.snapshots import reset_database
+from tests.support.snapshots import reset_database, snapshot
 
 pytestmark = pytest.mark.stack
 
@@ -351,7 +351,10 @@ def test_forged_used_and_otherwise_decided_tokens_get_one_answer_and_change_noth
     assert call.thread.is_alive()
     assert press(relay, {"token": token, "decision": "deny"})[0] == 200
     assert call.result()[1]["code"] == "REMOTE_RELAY_APPROVAL_DENIED"
+    before = snapshot(relay)
     assert press(relay, {"token": token, "decision": "allow"}) == (404, forged)  # used
+    assert press(relay, {"token": FORGED, "option": 0}) == (404, forged)
+    assert snapshot(relay) == before
 
     # A card decided another way (the owner API) kills its links.
     call = Waiting(ops, "create_session", relay="this", text="again")
@@ -525,3 +528,27 @@ def test_the_decision_endpoints_are_rate_limited_per_address(relay: Relay) -> No
     assert status == 429 and answer["code"] == "REMOTE_RELAY_RATE_LIMITED" and answer["retryAfterSeconds"] > 0
     form = requests.post(f"{relay.url}/decide", data={"token": FORGED, "decision": "allow"}, timeout=30)
     assert form.status_code == 429
+
+
+def test_the_settings_page_sets_a_channels_decisions_and_what_may_be_decided(
+    relay: Relay, receiver: Receiver, chromium: Browser,
+) -> None:
+    with signed_in_tab(chromium, relay) as tab:
+        tab.goto("/settings#notifications")
+        section = tab.locator("section.notifications")
+        section.get_by_label("Name").fill("hook")
+        section.get_by_label("Type").select_option("url")
+        section.get_by_label("Notification URL").fill(f"json://{receiver.host}/hook")
+        section.get_by_label("Decision links and buttons").select_option("on")
+        section.get_by_role("button", name="Save channel").click()
+        expect(tab.locator(".flash.ok")).to_have_text('Notification channel "hook" saved.')
+        expect(tab.locator("#channel-hook .channel-decisions")).to_have_text("Decision links and buttons: on")
+        assert relay.owner.get("/api/v1/owner/notifications/hook")["channel"]["decisions"] is True
+
+        kinds = tab.locator("form", has=tab.get_by_role("button", name="Save what notifications may decide"))
+        expect(kinds.locator('input[value="transfer"]')).not_to_be_checked()
+        kinds.get_by_label("Questions").uncheck()
+        kinds.get_by_role("button", name="Save what notifications may decide").click()
+        expect(tab.locator(".flash.ok")).to_have_text("Saved what may be decided from a notification.")
+        assert relay.owner.get("/api/v1/owner/settings")["settings"]["notify_decide_kinds"] == [
+            kind for kind in defaults.NOTIFY_DECIDE_KINDS_DEFAULT if kind != "questions"]

@@ -43,6 +43,8 @@ class Offer:
         """(what the button posts besides the token, its label): Allow and Deny for a card, a
         question's options when one of them answers it; none for anything else."""
         if self.subject.card is not None:
+            if self.subject.card.stopped_waiting_at is not None:
+                return []  # only an Allow that remembers would mean anything: the page offers it
             allow = "allow_once" if self.subject.rememberable else "allow"
             return [({"decision": allow}, "Allow"), ({"decision": "deny"}, "Deny")]
         question = self.subject.question
