@@ -8,19 +8,14 @@ merge window and short retries; the receivers are real HTTP servers on loopback.
 
 from __future__ import annotations
 
-import base64
 import json
-import os
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import http_ece
 import pytest
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from oar.core.db import database
 from oar.core.models import TokenUsage
@@ -28,6 +23,7 @@ from oar.notifications import transports
 from oar.notifications.quiet import owner_quiet_hours
 from oar.notifications.sending import hold_end
 from tests.support.clients import poll
+from tests.support.push import BrowserKeys, PushService, unb64url
 from tests.support.relays import FAST_TIMES, Relay, RelayStack, own_relay
 from tests.support.snapshots import reset_database
 
@@ -339,55 +335,6 @@ def test_it_tells_of_a_provider_at_its_cap_once_and_of_a_failed_turn(relay: Rela
 # Web Push ------------------------------------------------------------------------------------
 
 
-class PushService:
-    """A push service on loopback: records each push (headers and encrypted body); `/gone/…`
-    subscriptions answer 410 as a push service does for an expired one, `/flaky/…` 500 the first time."""
-
-    def __init__(self) -> None:
-        self.pushed: list[tuple[str, dict[str, str], bytes]] = []
-        service = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the http.server name
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                service.pushed.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
-                first = sum(1 for path, _, _ in service.pushed if path == self.path) == 1
-                status = 410 if self.path.startswith("/gone/") else 500 if self.path.startswith("/flaky/") and first else 201
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.origin = f"http://127.0.0.1:{self.server.server_port}"
-
-
-def b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def unb64url(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-class BrowserKeys:
-    """What a browser's PushManager makes for a subscription: a P-256 key pair and an auth secret."""
-
-    def __init__(self) -> None:
-        self.private = ec.generate_private_key(ec.SECP256R1())
-        self.auth = os.urandom(16)
-
-    def keys(self) -> dict[str, str]:
-        point = self.private.public_key().public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
-        return {"p256dh": b64url(point), "auth": b64url(self.auth)}
-
-    def decrypt(self, body: bytes) -> dict[str, Any]:
-        return json.loads(http_ece.decrypt(body, private_key=self.private, auth_secret=self.auth, version="aes128gcm"))
-
-
 def test_it_pushes_to_a_browser_encrypted_for_its_keys_and_removes_a_gone_one(relay: Relay) -> None:
     service = PushService()
     try:
@@ -410,7 +357,11 @@ def test_it_pushes_to_a_browser_encrypted_for_its_keys_and_removes_a_gone_one(re
         _, headers, body = pushed[0]
         assert headers["content-encoding"] == "aes128gcm" and b"Push me?" not in body
         shown = browser.decrypt(body)
-        assert shown == {"title": "A question waits for your answer · desk", "body": "Push me?", "link": f"{relay.url}/inbox"}
+        # A Web Push channel carries a decision link (docs/notifications.md#deciding-from-a-notification):
+        # a question without options is answered on its page, which the notification opens.
+        token = shown.pop("token")
+        assert shown == {"title": "A question waits for your answer · desk", "body": "Push me?",
+                         "link": f"{relay.url}/decide/{token}", "actions": [], "more": False}
         # Signed with the relay's VAPID key, for this push service's origin.
         vapid = dict(part.strip().split("=", 1) for part in headers["authorization"].removeprefix("vapid ").split(","))
         assert vapid["k"] == first["publicKey"]

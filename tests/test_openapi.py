@@ -87,7 +87,7 @@ def test_owner_bodies_are_the_tables_the_service_checks(spec: dict[str, Any]) ->
     assert list(body_of("/api/v1/owner/sessions", "post")["properties"]) == list(conversations.NEW_SESSION)
     assert body_of("/api/v1/owner/groups", "post")["required"] == ["name"]
     assert list(body_of("/api/v1/owner/groups/{group_id}", "patch")["properties"]) == list(groups.GROUP_CHANGES)
-    assert body_of("/api/v1/owner/cards/{card_id}", "post")["properties"]["decision"]["enum"] == ["allow", "deny"]
+    assert body_of("/api/v1/owner/cards/{card_id}", "post")["properties"]["decision"]["enum"] == ["allow", "allow_once", "deny"]
 
 
 def test_it_names_the_two_bearer_schemes_and_who_takes_which(spec: dict[str, Any]) -> None:

@@ -699,7 +699,9 @@ def test_a_question_card_is_answered_from_the_inbox_and_an_ask_dismissed(relay: 
     assert re.search(r'<span class="count"[^>]*>2</span>', inbox.text)
     [card] = waiting["pendingQuestions"]
     page = owner.post(f"/questions/{card['id']}", {"choice": "blue", "next": "/inbox"})
-    assert "Answered." in page.text and "Which colour?" not in page.text
+    assert "Answered." in page.text and f'data-question="{card["id"]}"' not in page.text
+    # The Inbox lists it as decided, with how (docs/notifications.md#how-it-was-decided).
+    assert "Which colour? ·" in text_of(page) and "answered (“blue”) on the relay's page" in html.unescape(page.text)
     done = desk.ok("wait", relay="this", session=waiting["session"], message_id=waiting["message_id"], wait_seconds=30)
     assert done["reply"]["text"] == "echo: done\nanswer: blue"
     page = owner.post(f"/questions/{asked}", {"dismiss": "1", "next": "//evil.example/"})
@@ -813,7 +815,7 @@ def test_bad_card_decisions_and_answers_on_the_page_say_why_and_change_nothing(
     before = snapshot(relay)
     for path, form, says in [
         ("/cards/card_000000000000", {"decision": "allow"}, 'has no approval card "card_000000000000"'),
-        (f"/cards/{card['id']}", {"decision": "maybe"}, 'decision must be "allow" or "deny"'),
+        (f"/cards/{card['id']}", {"decision": "maybe"}, 'decision must be "allow", "allow_once" or "deny"'),
         ("/questions/q_000000000000", {"answer": "red"}, 'has no question "q_000000000000"'),
         (f"/questions/{question['id']}", {"choice": "green"}, 'choices must be among the question\'s options ("red", "blue")'),
         (f"/questions/{question['id']}", {"answer": "x" * 100_001}, "answer"),

@@ -35,7 +35,7 @@ from oar.core.errors import ActionError, invalid, not_found
 from oar.core.models import Approval, Card, Message, Session
 from oar.core.runtime import Runtime
 from oar.core.signals import publish
-from oar.core.statuses import LIVE_TURN, CardStatus
+from oar.core.statuses import LIVE_TURN, CardStatus, DecidedVia
 from oar.core.timeutil import iso, utcnow
 from oar.core.wait_slots import wait_slot
 from oar.core.waiting import CallerGone, Look, current_watch, not_yet, settled, wait_on_signals
@@ -309,28 +309,36 @@ def _end(card_id: str, status: CardStatus, now: datetime) -> bool:
     return bool(ended)
 
 
-def decide(runtime: Runtime, card_id: str, decision: str) -> dict[str, Any]:
-    """The owner's Allow or Deny (page and API alike). Nothing changes on a refusal."""
+# The owner's decisions on a card: Allow (remembering the card's rememberable reasons), Allow
+# this call only (remembering nothing), Deny.
+DECISIONS = ("allow", "allow_once", "deny")
+
+
+def decide(
+    runtime: Runtime, card_id: str, decision: str, via: DecidedVia = DecidedVia.API, channel: str | None = None,
+) -> dict[str, Any]:
+    """The owner's Allow or Deny (page, API and decision links alike), recorded with how it was
+    given (`via`, and the notification `channel` of a link or button). Nothing changes on a refusal."""
     nothing = "Nothing was changed."
-    if decision not in ("allow", "deny"):
-        raise invalid(f'decision must be "allow" or "deny". {nothing}')
+    if decision not in DECISIONS:
+        raise invalid(f'decision must be "allow", "allow_once" or "deny". {nothing}')
     card = Card.get_or_none(Card.id == (card_id or "").strip())
     if card is None:
         raise not_found(f'Relay "{runtime.relay_name()}" has no approval card "{(card_id or "")[:64]}". {nothing}')
     now = utcnow()
     if card.status == CardStatus.PENDING and card.expires_at <= now:
         _end(card.id, CardStatus.EXPIRED, now)  # refused below as expired
-    status = CardStatus.ALLOWED if decision == "allow" else CardStatus.DENIED
+    status = CardStatus.DENIED if decision == "deny" else CardStatus.ALLOWED
     with write_transaction():
         decided = (
-            Card.update(status=status, decided_at=now)
+            Card.update(status=status, decided_at=now, decided_via=via, decided_channel=channel)
             .where((Card.id == card.id) & (Card.status == CardStatus.PENDING))
             .execute()
         )
-        if decided and status == CardStatus.ALLOWED:
+        if decided and decision == "allow":
             _grant(card.session_id, "this", [r for r in card.reasons if r in REMEMBERED], card.id)
-            if "loop" in card.reasons:  # Allow on the loop card starts the count over (docs/rules.md#loop-protection)
-                loop.start_over(card.session_id)
+        if decided and status == CardStatus.ALLOWED and "loop" in card.reasons:
+            loop.start_over(card.session_id)  # Allow on the loop card starts the count over (docs/rules.md#loop-protection)
     if not decided:
         current = Card.get_by_id(card.id).status
         raise invalid(f"Card {card.id} is {current}, not pending. {nothing}")
@@ -367,6 +375,16 @@ def seconds_waited(turn_id: str, now: datetime) -> float:
     for card in Card.select(Card.created_at, Card.decided_at).where(Card.turn_id == turn_id):
         total += ((card.decided_at or now) - card.created_at).total_seconds()
     return total
+
+
+def decided_since(since: datetime, limit: int) -> list[dict[str, Any]]:
+    """Cards decided, expired or withdrawn since `since`, newest first (the Inbox's "Decided lately")."""
+    rows = (
+        Card.select(Card, Session).join(Session)
+        .where((Card.status != CardStatus.PENDING) & (Card.decided_at >= since) & (Session.deleted == False))  # noqa: E712
+        .order_by(Card.decided_at.desc()).limit(limit)
+    )
+    return [shape(card) for card in rows]
 
 
 def pending() -> list[dict[str, Any]]:
@@ -411,6 +429,9 @@ def shape(card: Card) -> dict[str, Any]:
         "createdAt": iso(card.created_at),
         "expiresAt": iso(card.expires_at),
         "decidedAt": iso(card.decided_at) if card.decided_at else None,
+        # How the owner decided it (page, api, link, action) and through which notification channel.
+        "decidedVia": card.decided_via,
+        "decidedChannel": card.decided_channel,
         # The caller went away before a decision: nothing was done; an Allow is remembered for its next call.
         "stoppedWaiting": card.stopped_waiting_at is not None,
     }

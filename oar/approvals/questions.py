@@ -22,7 +22,7 @@ from oar.core.models import Message, Question, Session
 from oar.core.prepared import Prepared
 from oar.core.runtime import Runtime
 from oar.core.signals import publish
-from oar.core.statuses import QuestionStatus, TurnStatus
+from oar.core.statuses import DecidedVia, QuestionStatus, TurnStatus
 from oar.core.timeutil import iso, utcnow
 
 # Pending asks per asking conversation and per target session (docs/sessions.md#ask-list_questions-and-withdraw).
@@ -141,9 +141,11 @@ def checked_answer(
 
 
 def settle(
-    runtime: Runtime, question: Question, *, status: QuestionStatus, answer: str | None, choices: list[str] | None, via: str
+    runtime: Runtime, question: Question, *, status: QuestionStatus, answer: str | None, choices: list[str] | None,
+    via: str, decided_via: DecidedVia | None = None, decided_channel: str | None = None,
 ) -> bool:
-    """Record an answer or dismissal once and wake the turn that waits on it.
+    """Record an answer or dismissal once and wake the turn that waits on it; `decided_via` and
+    `decided_channel`: how the owner gave it (None for an agent's answer).
 
     False when the question was no longer pending. Telling the asking conversation about an
     answered `ask` is `automated.announce_answer`'s job.
@@ -151,7 +153,8 @@ def settle(
     now = utcnow()
     with write_transaction():
         changed = (
-            Question.update(status=status, answer=answer, choices=choices, via=via, answered_at=now)
+            Question.update(status=status, answer=answer, choices=choices, via=via, answered_at=now,
+                            decided_via=decided_via, decided_channel=decided_channel)
             .where((Question.id == question.id) & (Question.status == QuestionStatus.PENDING))
             .execute()
         )

@@ -288,3 +288,30 @@ NOTIFY_MAX_CHANNELS = 20
 NOTIFY_KEEP_SECONDS = 7 * 86400
 # Browsers may keep the relay's /favicon.ico this long before asking again (a day).
 FAVICON_MAX_AGE_SECONDS = 86_400
+# Deciding from a notification (docs/notifications.md#deciding-from-a-notification). A decision
+# link's token is DECISION_TOKEN_BYTES random bytes (stored as its SHA-256 hash) and lives as long
+# as its card, and at most DECISION_LINK_MAX_SECONDS (questions have no expiry of their own).
+DECISION_TOKEN_BYTES = 24
+DECISION_LINK_MAX_SECONDS = 24 * 3600
+# Decision links one notification lists (a merged one announces several cards or questions).
+DECISION_LINKS_PER_NOTIFICATION = 5
+# A question's options a Web Push notification offers as actions, at most (the browser shows
+# what its platform allows, `Notification.maxActions`); ntfy shows at most 3 buttons.
+DECISION_PUSH_OPTIONS = 4
+DECISION_NTFY_BUTTONS = 3
+# Requests to the decision endpoints (the page and the actions' POST) per client address within
+# DECISION_REQUEST_WINDOW_SECONDS; past it they answer 429 and look at nothing.
+DECISION_REQUESTS_PER_WINDOW = 30
+DECISION_REQUEST_WINDOW_SECONDS = 60
+# What may be decided from a notification (the `notify_decide_kinds` setting): questions, and
+# approval cards by their reasons (a card with several reasons needs every one of them listed).
+# Moving subscriptions to another conversation is left to the Inbox unless the owner adds it.
+NOTIFY_DECIDE_KINDS = (
+    "questions", "loop", "mode", "create_sessions", "watch_sessions", "change_other_sessions",
+    "end_other_sessions", "transfer",
+)
+NOTIFY_DECIDE_KINDS_DEFAULT = tuple(kind for kind in NOTIFY_DECIDE_KINDS if kind != "transfer")
+# The Inbox lists the cards and questions decided within INBOX_DECIDED_SECONDS, newest first, at
+# most INBOX_DECIDED_SHOWN, with how each was decided (docs/notifications.md#how-it-was-decided).
+INBOX_DECIDED_SECONDS = 86_400
+INBOX_DECIDED_SHOWN = 20

@@ -84,6 +84,11 @@ def sign_in_failures(namespace: str, address: str) -> str:
     return f"{namespace}:signinfail:{address}"
 
 
+def decision_requests(namespace: str, address: str) -> str:
+    """The sorted set of a client address's recent requests to the decision links' endpoints."""
+    return f"{namespace}:decidereq:{address}"
+
+
 def rate_calls(namespace: str, conversation: str, budget: str = "") -> str:
     """The sorted set of a conversation's recent relay calls (of `budget`: "" relay_tool's, "team" the team tools')."""
     return f"{namespace}:rate:{budget + ':' if budget else ''}{conversation}:calls"

@@ -212,6 +212,10 @@ class Question(BaseModel):
     via = pw.CharField(null=True, max_length=200)
     created_at = pw.DateTimeField(default=utcnow)
     answered_at = pw.DateTimeField(null=True)
+    # How the owner answered it (a DecidedVia), and the notification channel of the link or
+    # button (docs/notifications.md#how-it-was-decided); None for an agent's answer.
+    decided_via = pw.CharField(null=True, max_length=12)
+    decided_channel = pw.CharField(null=True, max_length=64)
 
     class Meta:
         indexes = ((("session", "status"), False),)
@@ -483,6 +487,10 @@ class Card(BaseModel):
     waiter_until = pw.DateTimeField(null=True)
     # The caller stopped waiting before a decision; the card stays pending for its remembered Allow.
     stopped_waiting_at = pw.DateTimeField(null=True)
+    # How the owner decided it (a DecidedVia), and the notification channel of the link or button
+    # (docs/notifications.md#how-it-was-decided); None when nobody did (it expired, was withdrawn).
+    decided_via = pw.CharField(null=True, max_length=12)
+    decided_channel = pw.CharField(null=True, max_length=64)
 
     class Meta:
         indexes = ((("status", "created_at"), False),)

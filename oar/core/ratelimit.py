@@ -1,5 +1,6 @@
-"""Calls per sliding minute per conversation (docs/rules.md#rate-limits), and wrong owner
-tokens per client address on the page's sign-in form (docs/owner-api.md#signing-in).
+"""Calls per sliding minute per conversation (docs/rules.md#rate-limits), wrong owner tokens per
+client address on the page's sign-in form (docs/owner-api.md#signing-in), and requests to the
+decision links' endpoints per client address (docs/notifications.md#deciding-from-a-notification).
 
 The decision is a pure function of the recent call times and `now`; the times themselves
 live in Redis sorted sets, because they are a short-lived cache, not data: a flushed Redis
@@ -162,6 +163,39 @@ class FailureLimiter:
             self.connection.delete(keys.sign_in_failures(self.namespace, address))
         except redis.RedisError:
             pass
+
+
+class AddressLimiter:
+    """Requests per client address in a sliding window, shared by every web process through
+    Redis: the decision links' endpoints (docs/notifications.md#deciding-from-a-notification).
+    A refused request is not counted."""
+
+    def __init__(self, connection: redis.Redis, namespace: str, *, allowed: int, window: float) -> None:
+        self.connection = connection
+        self.namespace = namespace
+        self.allowed = allowed
+        self.window = window
+
+    def take(self, address: str) -> int | None:
+        """Seconds `address` must wait before its next request, or None: this one is counted and may go on."""
+        now = time.time()
+        key = keys.decision_requests(self.namespace, address)
+        try:
+            pipe = self.connection.pipeline()
+            pipe.zremrangebyscore(key, 0, now - self.window)
+            pipe.zrange(key, 0, -1, withscores=True)
+            _, recent = pipe.execute()
+            wait = retry_after([score for _, score in recent], [], is_write=False, now=now,
+                               calls_per_window=self.allowed, writes_per_window=0, window=self.window)
+            if wait is not None:
+                return wait
+            pipe = self.connection.pipeline()
+            pipe.zadd(key, {f"{now:.6f}:{time.perf_counter_ns()}": now})
+            pipe.expire(key, int(self.window) + 1)
+            pipe.execute()
+        except redis.RedisError:
+            return None  # without Redis the links still work; they only stop counting
+        return None
 
 
 def refuse_over_limit(

@@ -120,6 +120,11 @@ FIELDS: dict[str, Param] = {
     "notify_quiet_hours_hold_all": Param(
         "bool", description="quiet hours hold cards and questions too (by default they go out at once)",
     ),
+    "notify_decide_kinds": Param(
+        "list", items=Param("str", choices=defaults.NOTIFY_DECIDE_KINDS),
+        description="what may be decided from a notification's link or buttons: questions, and approval cards by "
+        "their reasons (docs/notifications.md#deciding-from-a-notification)",
+    ),
     # The team tools (docs/team-runs.md#runs-and-teams, docs/team-runs.md#limits).
     "team_runs_shared": Param(
         "bool", description="every conversation may see and join every team run and memory file, not only its team's",
@@ -174,6 +179,18 @@ def _send_policy(name: str, value: Any) -> dict[str, Any]:
     return {"rules": checked, "default": default}
 
 
+def _kinds_among(choices: tuple[str, ...]) -> Callable[[str, Any], list[str]]:
+    def check(name: str, value: Any) -> list[str]:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise invalid(f"{name} must be a list among {', '.join(choices)}. Nothing was changed.")
+        unknown = [v[:40] for v in value if v not in choices]
+        if unknown:
+            raise invalid(f"{name}: unknown {', '.join(unknown[:5])}; choose among {', '.join(choices)}. Nothing was changed.")
+        return [choice for choice in choices if choice in value]  # in the documented order, once each
+
+    return check
+
+
 def _quiet_hours_shape(name: str, value: Any) -> dict[str, str]:
     """The shape only: the owner service (oar.owner.settings) checks the times and the zone with
     the quiet-hours rules, which live above this layer."""
@@ -194,6 +211,8 @@ def _validator(name: str, param: Param) -> Callable[[str, Any], Any]:
         return _send_policy
     if name == "spawn_allow_agents":
         return _names
+    if name == "notify_decide_kinds":
+        return _kinds_among(defaults.NOTIFY_DECIDE_KINDS)
     if param.kind == "str" and param.choices:
         return _choice(param.choices)
     if name == "relay_name":
@@ -240,6 +259,8 @@ def default_settings(config: Config) -> dict[str, Any]:
         # None: no quiet hours for notifications; cards and questions go out even inside them.
         "notify_quiet_hours": None,
         "notify_quiet_hours_hold_all": False,
+        # Everything but moving subscriptions may be decided from a notification's link or buttons.
+        "notify_decide_kinds": list(defaults.NOTIFY_DECIDE_KINDS_DEFAULT),
         # A team's runs and memory are its own; True shares them with every conversation of the relay.
         "team_runs_shared": False,
         "team_calls_per_minute": defaults.TEAM_CALLS_PER_MINUTE,

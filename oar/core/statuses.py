@@ -67,6 +67,17 @@ class CardStatus(StrEnum):
     WITHDRAWN = "withdrawn"
 
 
+class DecidedVia(StrEnum):
+    """How the owner decided a card or answered a question (`Card.decided_via`,
+    `Question.decided_via`; docs/notifications.md#how-it-was-decided). None: nobody decided it
+    (it expired, was withdrawn) or an agent answered it."""
+
+    PAGE = "page"  # the signed-in page's Inbox or session page
+    API = "api"  # the owner API
+    LINK = "link"  # the page a notification's decision link opens (no sign-in)
+    ACTION = "action"  # a notification's own button: a Web Push action or an ntfy button
+
+
 class NotificationStatus(StrEnum):
     """An outbox row's status (`Notification.status`, docs/notifications.md#reliable)."""
 

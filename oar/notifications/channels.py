@@ -33,6 +33,10 @@ FIELDS = {
         description="url: an Apprise URL such as ntfy://ntfy.sh/topic, json://host/path, slack://…; write-only",
     ),
     "kinds": Param("list", items=Param("str"), description=f"what it receives: {', '.join(CHOOSABLE)}"),
+    "decisions": Param(
+        "bool", description="whether its notifications carry decision links and buttons (url and webpush channels; "
+        "default: on for webpush and ntfy URLs, off for other URLs)",
+    ),
 }
 
 
@@ -78,7 +82,23 @@ def check(name: str, payload: dict[str, Any], existing: Channel | None) -> dict[
             )
         else:
             url = url.strip()
-    return {"type": kind, "kinds": kinds, "url": HiddenText(url) if url else None}
+    decisions = args.get("decisions")
+    if kind == ChannelType.PAGE and decisions:
+        raise invalid(f"notification channel: decisions is for url and webpush channels (the page's owner is signed in). {NOTHING}")
+    if decisions is None:
+        decisions = decisions_by_default(kind, url)
+    return {"type": kind, "kinds": kinds, "url": HiddenText(url) if url else None, "decisions": decisions}
+
+
+def decisions_by_default(kind: ChannelType, url: str | None) -> bool:
+    """Whether a channel carries decision links and buttons when the owner does not say
+    (docs/notifications.md#which-channels-carry-them): Web Push reaches only the owner's own
+    browsers, and an ntfy topic is the owner's phone; every other service (a chat room, a
+    mailing list, a webhook that forwards anywhere) may be read by others, so its links wait
+    for the owner to turn them on."""
+    if kind == ChannelType.WEBPUSH:
+        return True
+    return kind == ChannelType.URL and transports.is_ntfy(url or "")
 
 
 def _checked_kinds(kinds: list[Any] | None) -> list[str]:
@@ -156,6 +176,7 @@ def view(channel: Channel) -> dict[str, Any]:
         "name": channel.name,
         "type": channel.type,
         "kinds": list(channel.kinds or []),
+        "decisions": bool(channel.decisions),
         "createdAt": iso(channel.created_at),
         "lastSentAt": iso(channel.last_sent_at) if channel.last_sent_at else None,
         "lastError": channel.last_error,

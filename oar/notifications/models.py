@@ -24,6 +24,8 @@ class Channel(BaseModel):
     # The last failure to send (cleared by the next success); never holds the URL.
     last_error = pw.TextField(null=True)
     last_error_at = pw.DateTimeField(null=True)
+    # Whether its notifications carry decision links and buttons (docs/notifications.md#deciding-from-a-notification).
+    decisions = pw.BooleanField(default=False)
 
     class Meta:
         table_name = "notification_channel"
@@ -105,4 +107,23 @@ class VapidKey(BaseModel):
         table_name = "webpush_vapid_key"
 
 
-MODELS: tuple[type[BaseModel], ...] = (Channel, Notification, Announced, PushSubscription, VapidKey)
+class DecisionLink(BaseModel):
+    """One decision link (docs/notifications.md#deciding-from-a-notification): a random token,
+    stored as its SHA-256 hash, sent in one notification through one channel, that decides one
+    card or question once, without signing in. It dies when used, at `expires_at`, when its
+    subject is decided any other way, and with its channel."""
+
+    token_hash = pw.CharField(primary_key=True, max_length=64)
+    subject = pw.CharField(max_length=32, index=True)  # the card's or the question's id
+    subject_kind = pw.CharField(max_length=8)  # card | question
+    channel = pw.ForeignKeyField(Channel, backref="decision_links", on_delete="CASCADE")
+    channel_id: str
+    created_at = pw.DateTimeField(default=utcnow)
+    expires_at = pw.DateTimeField(index=True)
+    used_at = pw.DateTimeField(null=True)
+
+    class Meta:
+        table_name = "decision_link"
+
+
+MODELS: tuple[type[BaseModel], ...] = (Channel, Notification, Announced, PushSubscription, VapidKey, DecisionLink)

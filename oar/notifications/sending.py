@@ -24,7 +24,7 @@ from oar.core import defaults, jobs, keys
 from oar.core.db import database, released_connection, write_transaction
 from oar.core.runtime import Runtime
 from oar.core.statuses import NotificationStatus
-from oar.notifications import transports, webpush
+from oar.notifications import offers, transports, webpush
 from oar.notifications.collect import collect, still_waiting
 from oar.notifications.kinds import ANSWERABLE, URGENT, ChannelType, Kind
 from oar.notifications.models import Channel, Notification, PushSubscription
@@ -145,7 +145,7 @@ def send_one(runtime: Runtime, row: Notification, now: Callable[[], datetime]) -
             status=NotificationStatus.PENDING, due_at=until, lease_until=None, attempts=Notification.attempts - 1,
         ).where((Notification.id == row.id) & (Notification.status == NotificationStatus.SENDING)).execute()
         return False
-    error = deliver(runtime, channel, row)
+    error = deliver(runtime, channel, row, now())
     at = now()
     if error is None:
         with write_transaction():
@@ -172,30 +172,40 @@ def _settle(row: Notification, status: NotificationStatus, at: datetime, error: 
     ).execute()
 
 
-def deliver(runtime: Runtime, channel: Channel, row: Notification) -> str | None:
-    """Hand the row to its channel; None when it was taken, else the error (never the URL)."""
+def deliver(runtime: Runtime, channel: Channel, row: Notification, now: datetime) -> str | None:
+    """Hand the row to its channel, with decision links and buttons where the channel sends
+    them (oar.notifications.offers); None when it was taken, else the error (never the URL)."""
     if channel.type == ChannelType.PAGE:
         return None  # the open page shows sent rows of page channels (oar.notifications.feed)
     if channel.type == ChannelType.URL and channel.url:
-        body = f"{row.body}\n{row.link}" if row.link else row.body
-        return transports.send_url(channel.url, row.title, body, runtime.time("NOTIFY_SEND_TIMEOUT_SECONDS"))
+        offered = offers.offers_for(runtime, channel, _subjects(row), now)
+        body = offers.message_text(row.body, offered, row.link)
+        extras = offers.ntfy_extras(runtime, offered) if transports.is_ntfy(channel.url) else {}
+        return transports.send_url(channel.url, row.title, body, runtime.time("NOTIFY_SEND_TIMEOUT_SECONDS"), extras)
     if channel.type == ChannelType.WEBPUSH:
-        return push_to_browsers(runtime, row)
+        return push_to_browsers(runtime, channel, row, now)
     return f"channel type {channel.type} cannot send"
 
 
-def push_to_browsers(runtime: Runtime, row: Notification) -> str | None:
-    """Push to every subscribed browser this row has not reached yet; a gone subscription (404,
-    410) is removed. None when every browser left has it, else the first error."""
+def _subjects(row: Notification) -> list[str]:
+    """The cards and questions a notification announces (none for the other kinds)."""
+    return list(row.subjects or []) if row.kind in ANSWERABLE else []
+
+
+def push_to_browsers(runtime: Runtime, channel: Channel, row: Notification, now: datetime) -> str | None:
+    """Push to every subscribed browser this row has not reached yet, each with tokens of its
+    own; a gone subscription (404, 410) is removed. None when every browser left has it, else
+    the first error."""
     browsers = webpush.listed()
     if not browsers:
         return "no browser has subscribed to Web Push yet (Settings: Web Push on this browser)"
-    data = webpush.payload(row.title, row.body, row.link)
     reached = list(row.pushed_to or [])
     errors: list[str] = []
     for browser in browsers:
         if browser.id in reached:
             continue
+        offered = offers.push_fields(offers.offers_for(runtime, channel, _subjects(row), now), row.link)
+        data = webpush.payload(row.title, row.body, **offered)
         outcome = webpush.push(browser, data, runtime.config, runtime.time("NOTIFY_SEND_TIMEOUT_SECONDS"))
         if outcome.gone:
             PushSubscription.delete().where(PushSubscription.id == browser.id).execute()

@@ -11,7 +11,7 @@ import redis
 from oar.core import defaults, jobs, keys
 from oar.core.runtime import Runtime
 from oar.core.statuses import NotificationStatus
-from oar.notifications import collect, sending
+from oar.notifications import collect, decision_links, sending
 from oar.notifications.models import Notification
 
 log = logging.getLogger(__name__)
@@ -40,4 +40,4 @@ def prune_if_due(now: datetime) -> int:
     cutoff = now - timedelta(seconds=defaults.NOTIFY_KEEP_SECONDS)
     done = (NotificationStatus.SENT, NotificationStatus.DROPPED, NotificationStatus.FAILED)
     pruned = Notification.delete().where(Notification.status.in_(done) & (Notification.created_at < cutoff)).execute()
-    return int(pruned) + collect.prune(now)
+    return int(pruned) + collect.prune(now) + decision_links.prune(now)

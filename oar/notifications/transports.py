@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import apprise
+from apprise import plugins as apprise_plugins
 
 # Apprise logs the URLs it loads; the relay keeps only the errors it captures below.
 _apprise_log = logging.getLogger("apprise")
@@ -21,6 +23,7 @@ _apprise_log.addHandler(logging.NullHandler())
 
 SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]{0,31})://")
 MAX_ERROR_CHARS = 300
+NTFY_SCHEMES = ("ntfy", "ntfys")
 
 
 def url_is_valid(url: str) -> bool:
@@ -39,9 +42,17 @@ def service_of(url: str) -> str | None:
     return found[1].lower() if found else None
 
 
-def send_url(url: str, title: str, body: str, timeout: float) -> str | None:
-    """Send through Apprise; None when the service took it, else the error (the URL left out)."""
-    plugin = apprise.Apprise.instantiate(url, suppress_exceptions=True)
+def is_ntfy(url: str) -> bool:
+    """Whether the URL is ntfy's (`ntfy://`, `ntfys://`), whose notifications carry action buttons."""
+    return service_of(url) in NTFY_SCHEMES
+
+
+def send_url(url: str, title: str, body: str, timeout: float, extras: dict[str, Any] | None = None) -> str | None:
+    """Send through Apprise; None when the service took it, else the error (the URL left out).
+
+    `extras`: arguments for the service's Apprise plugin besides those the URL holds (ntfy's
+    `click` and `actions`, which its plugin sends as the X-Click and X-Actions headers)."""
+    plugin = _plugin(url, extras)
     if plugin is None:
         return "the stored notification URL is no longer one this relay can send to"
     # Apprise's defaults wait up to a minute on a connection; a channel never holds a sender long.
@@ -58,6 +69,17 @@ def send_url(url: str, title: str, body: str, timeout: float) -> str | None:
         return None
     lines = [line.strip() for line in captured.getvalue().splitlines() if line.strip()]
     return hidden(lines[-1] if lines else "the service refused the notification", url)
+
+
+def _plugin(url: str, extras: dict[str, Any] | None) -> Any:
+    """The URL's Apprise plugin; with `extras`, built from the URL's parsed arguments and them
+    (Apprise's own way in: a dictionary instead of the URL's text)."""
+    if not extras:
+        return apprise.Apprise.instantiate(url, suppress_exceptions=True)
+    parsed = apprise_plugins.url_to_dict(url)
+    if parsed is None:
+        return None
+    return apprise.Apprise.instantiate({**parsed, **extras}, suppress_exceptions=True)
 
 
 def hidden(message: str, url: str) -> str:

@@ -178,9 +178,10 @@ class Pushed:
     gone: bool = False
 
 
-def payload(title: str, body: str, link: str | None) -> bytes:
-    """What the service worker shows (JSON), within what a push message carries."""
-    data = {"title": title, "body": body, "link": link}
+def payload(title: str, body: str, link: str | None, **decision: Any) -> bytes:
+    """What the service worker shows (JSON), within what a push message carries; `decision`:
+    a decision link's token and actions (oar.notifications.offers.push_fields), when it offers one."""
+    data: dict[str, Any] = {"title": title, "body": body, "link": link, **decision}
     encoded = json.dumps(data).encode()
     while len(encoded) > MAX_PAYLOAD_BYTES and data["body"]:
         data["body"] = data["body"][: len(data["body"]) // 2] + "…"

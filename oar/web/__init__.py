@@ -180,6 +180,7 @@ def create_app(config: Config | None = None) -> Flask:
 
     from oar.web import (
         api,
+        decide,
         external,
         health,
         mcp,
@@ -202,6 +203,7 @@ def create_app(config: Config | None = None) -> Flask:
 
     owner_log.install(app)
     app.register_blueprint(page.blueprint)
+    app.register_blueprint(decide.blueprint)
     app.register_blueprint(api.blueprint)
     app.register_blueprint(owner.blueprint)
     app.register_blueprint(owner_relays.blueprint)

@@ -28,6 +28,7 @@ from werkzeug.exceptions import HTTPException
 from oar.core.errors import ActionError, invalid
 from oar.core.fields import unstorable_text
 from oar.core.numbers import INT64_MAX, read_whole
+from oar.core.statuses import DecidedVia
 from oar.core.words import plural
 from oar.owner import conversations, inbox, schedules, subscriptions
 from oar.sessions import sessions
@@ -284,7 +285,7 @@ def answer(question_id: str) -> ResponseReturnValue:
     else:
         fields = {"answer": form_text("answer").strip()}
     try:
-        inbox.answer_question(runtime(), question_id, payload_of(fields))
+        inbox.answer_question(runtime(), question_id, payload_of(fields), via=DecidedVia.PAGE)
     except ActionError as error:
         return refused(error, inbox_page)
     return done("Dismissed." if fields.get("dismiss") else "Answered.", inbox_page)
@@ -295,10 +296,10 @@ def decide(card_id: str) -> ResponseReturnValue:
     inbox_page = url_for("page.inbox")
     decision = form_text("decision")
     try:
-        inbox.decide(runtime(), card_id, decision)
+        inbox.decide(runtime(), card_id, decision, via=DecidedVia.PAGE)
     except ActionError as error:
         return refused(error, inbox_page)
-    return done("Allowed." if decision == "allow" else "Denied.", inbox_page)
+    return done("Denied." if decision == "deny" else "Allowed.", inbox_page)
 
 
 @blueprint.get("/inbox", endpoint="inbox")

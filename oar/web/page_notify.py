@@ -13,6 +13,7 @@ from typing import Any
 from flask import Response, jsonify, request, send_from_directory, url_for
 from flask.typing import ResponseReturnValue
 
+from oar.core import defaults
 from oar.core.errors import ActionError
 from oar.core.numbers import whole_or_refuse
 from oar.notifications.kinds import CHOOSABLE, ChannelType
@@ -31,6 +32,19 @@ KIND_LABELS = {
 }
 
 
+# What may be decided from a notification (the `notify_decide_kinds` setting), as the form names it.
+DECIDE_KIND_LABELS = {
+    "questions": "Questions",
+    "loop": "Keep going after 30 prompts to other sessions (loop protection)",
+    "mode": "Writes in ask or plan mode",
+    "create_sessions": "Starting sessions",
+    "watch_sessions": "Watching sessions",
+    "change_other_sessions": "Changing sessions it did not start",
+    "end_other_sessions": "Stopping or archiving sessions it did not start",
+    "transfer": "Moving subscriptions (transfer_subscriptions)",
+}
+
+
 def here() -> str:
     return url_for(HERE) + "#notifications"
 
@@ -46,6 +60,8 @@ def notification_settings() -> dict[str, Any]:
         "quiet": stored.get("notify_quiet_hours") or {},
         "hold_all": stored.get("notify_quiet_hours_hold_all"),
         "push": notifications.push_settings(runtime()),
+        "decide_kinds": [(kind, DECIDE_KIND_LABELS[kind]) for kind in defaults.NOTIFY_DECIDE_KINDS],
+        "decide_chosen": stored.get("notify_decide_kinds") or [],
     }
 
 
@@ -93,11 +109,14 @@ def live_notifications() -> ResponseReturnValue:
 def save_channel() -> ResponseReturnValue:
     name = form_text("name").strip()
     try:
-        fields = {
+        fields: dict[str, Any] = {
             "type": form_text("type").strip(),
             "url": form_text("url").strip(),  # empty: the stored URL is kept
             "kinds": request.form.getlist("kinds"),
         }
+        decisions = form_text("decisions").strip()
+        if decisions:  # empty: the channel type's default (docs/notifications.md#which-channels-carry-them)
+            fields["decisions"] = decisions == "on"
         channel = notifications.save_channel(runtime(), name, payload_of(fields))
     except ActionError as error:
         return refused(error, here())
@@ -120,6 +139,16 @@ def delete_channel(name: str) -> ResponseReturnValue:
     except ActionError as error:
         return refused(error, here())
     return done(f'Notification channel "{name}" deleted.', here())
+
+
+@blueprint.post("/settings/notifications/decisions")
+def save_decide_kinds() -> ResponseReturnValue:
+    """What may be decided from a notification's link or buttons (docs/notifications.md#deciding-from-a-notification)."""
+    try:
+        settings.change_settings(runtime(), {"notify_decide_kinds": request.form.getlist("decide_kinds")})
+    except ActionError as error:
+        return refused(error, here())
+    return done("Saved what may be decided from a notification.", here())
 
 
 @blueprint.post("/settings/notifications/quiet-hours")

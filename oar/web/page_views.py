@@ -15,9 +15,10 @@ from oar import providers
 from oar.approvals import cards
 from oar.core.models import AgentToken, Group, Message, Schedule, Session
 from oar.core.statuses import ERRED_TURN, LIVE_TURN, UNANSWERED_TURN, TurnStatus
+from oar.core.timeutil import utcnow
 from oar.openclaw.access import overrides
 from oar.openclaw.runs import provenance_of
-from oar.owner.inbox import pending_count, pending_questions
+from oar.owner.inbox import decided_lately, pending_count, pending_questions
 from oar.owner.providers import provider_view
 from oar.owner.subscriptions import active_subscriptions
 from oar.schedules import schedules
@@ -289,10 +290,12 @@ def session_versions(
 
 
 def inbox() -> dict[str, Any]:
-    data: dict[str, Any] = {"questions": with_asker_titles(pending_questions()), "cards": pending_cards()}
+    data: dict[str, Any] = {"questions": with_asker_titles(pending_questions()), "cards": pending_cards(),
+                            "decided": decided_lately(utcnow())}
     data["versions"] = {
         "nav": digest(inbox_count()),
-        "inbox": digest([[q["id"] for q in data["questions"]], [card_key(c) for c in data["cards"]]]),
+        "inbox": digest([[q["id"] for q in data["questions"]], [card_key(c) for c in data["cards"]],
+                         [d["id"] for d in data["decided"]]]),
     }
     return data
 
