@@ -24,8 +24,8 @@ from oar.core.prepared import Prepared, as_stored
 from oar.core.settings import version_column
 from oar.core.statuses import TurnStatus
 from oar.core.timeutil import iso, utcnow
-from oar.engine import outcomes
 from oar.owner.bootstrap import migrate
+from oar.turns import outcome_rows
 
 pytestmark = pytest.mark.usefixtures("own_database_binding")
 
@@ -144,7 +144,7 @@ def test_a_column_json_would_change_keeps_the_query_as_it_is(tmp_path: Path) -> 
 
 
 def test_prepared_writes_leave_the_rows_peewee_writes_leave(tmp_path: Path) -> None:
-    """The statements every turn's end runs (oar/engine/outcomes.py, oar/core/events.py)."""
+    """The statements every turn's end runs (oar/turns/outcome_rows.py, oar/core/events.py)."""
     open_database(Config(data_dir=tmp_path))
     migrate()
     with database.connection_context():
@@ -154,7 +154,7 @@ def test_prepared_writes_leave_the_rows_peewee_writes_leave(tmp_path: Path) -> N
             id=ids.message_id(), session=session.id, role="assistant", text=AWKWARD[2], created_at=now, from_kind="user", model="m ✓"
         )
         reply_id = ids.message_id()
-        outcomes._INSERT_REPLY.insert(reply_id, session.id, AWKWARD[2], now, "m ✓")
+        outcome_rows.INSERT_REPLY.insert(reply_id, session.id, AWKWARD[2], now, "m ✓")
         by_peewee, prepared = (Message.get(Message.id == id_).__data__ for id_ in (written_by_peewee.id, reply_id))
         assert prepared["seq"] == by_peewee["seq"] + 1
         assert {**prepared, "id": None, "seq": None} == {**by_peewee, "id": None, "seq": None}
@@ -168,8 +168,8 @@ def test_prepared_writes_leave_the_rows_peewee_writes_leave(tmp_path: Path) -> N
         # A running turn settled once, with its last activity lines (a JSON field).
         turn = Message.create(id=ids.message_id(), session=session.id, role="user", text="go", status=TurnStatus.RUNNING)
         settle = (turn.id, TurnStatus.DONE, None, "all done", reply_id, now, Message.activities.db_value(["read a", AWKWARD[0]]))
-        assert outcomes._SETTLE_WITH_ACTIVITIES.execute(*settle) == 1
-        assert outcomes._SETTLE_WITH_ACTIVITIES.execute(*settle) == 0, "a settled turn was settled again"
+        assert outcome_rows.SETTLE_WITH_ACTIVITIES.execute(*settle) == 1
+        assert outcome_rows.SETTLE_WITH_ACTIVITIES.execute(*settle) == 0, "a settled turn was settled again"
         settled = Message.get(Message.id == turn.id)
         assert (settled.status, settled.partial_text, settled.reply_id, settled.completed_at, settled.activities) == (
             TurnStatus.DONE, "all done", reply_id, now, ["read a", AWKWARD[0]]

@@ -375,7 +375,7 @@ def test_a_chat_model_is_offered_relay_tool_naming_every_action_and_its_argument
     assert parameters["type"] == "object" and parameters["required"] == ["action"]
     properties = parameters["properties"]
     actions = load_actions()
-    assert len(actions) == 23 and properties["action"]["enum"] == [spec.name for spec in ordered_actions()]
+    assert len(actions) == 25 and properties["action"]["enum"] == [spec.name for spec in ordered_actions()]
     for name, spec in actions.items():
         for argument in spec.params:
             described = properties[argument]["description"]
