@@ -208,6 +208,25 @@ def test_an_agent_prompts_and_starts_sessions_on_a_paired_relay_with_its_provena
     assert any(t["lastUsedBy"] == "desk" and t["lastUsedAt"] for t in tokens), tokens
 
 
+def test_an_agent_outside_the_relay_takes_and_answers_a_prompt_from_a_paired_relay(paired: dict[str, Relay]) -> None:
+    """Two agents outside their relays, on paired relays: one sends, the other takes and replies."""
+    desk, build_box = paired["desk"], paired["build-box"]
+    sender = desk.conversation("claude on desk", agent_outside=True)
+    owner_writes(desk, sender, "@build-box: ask the helper there")
+    created = build_box.owner.post("/api/v1/owner/sessions", {"title": "claude on build-box", "agent_outside": True})
+    helper = Agent(build_box.url, created["token"], created["session"]["id"])
+    answer: dict[str, Any] = {}
+    call = threading.Thread(target=lambda: answer.update(body=sender.ok(
+        "send", relay="build-box", session=helper.session_id, text="what is 6 x 7?", wait_seconds=60)))
+    call.start()
+    [item] = helper.ok("take", wait_seconds=30)["items"]
+    assert item["kind"] == "prompt" and item["text"].endswith("what is 6 x 7?") and item["from"]["relay"] == "desk", item
+    helper.ok("reply", message_id=item["message_id"], text="42")
+    call.join(60)
+    assert answer["body"]["relay"] == "build-box" and answer["body"]["status"] == "done", answer
+    assert answer["body"]["reply"]["text"] == "42"
+
+
 def test_the_receiving_relay_may_refuse_other_relays_agents_prompts_but_not_their_reads(paired: dict[str, Relay]) -> None:
     desk, build_box = paired["desk"], paired["build-box"]
     agent = desk.conversation("inbound")
@@ -722,21 +741,3 @@ def _kept_for_another_relay(relay: Relay, text: str) -> bool:
     finally:
         db.close()
 
-
-def test_an_agent_outside_the_relay_takes_and_answers_a_prompt_from_a_paired_relay(paired: dict[str, Relay]) -> None:
-    """Two agents outside their relays, on paired relays: one sends, the other takes and replies."""
-    desk, build_box = paired["desk"], paired["build-box"]
-    sender = desk.conversation("claude on desk", agent_outside=True)
-    owner_writes(desk, sender, "@build-box: ask the helper there")
-    created = build_box.owner.post("/api/v1/owner/sessions", {"title": "claude on build-box", "agent_outside": True})
-    helper = Agent(build_box.url, created["token"], created["session"]["id"])
-    answer: dict[str, Any] = {}
-    call = threading.Thread(target=lambda: answer.update(body=sender.ok(
-        "send", relay="build-box", session=helper.session_id, text="what is 6 x 7?", wait_seconds=60)))
-    call.start()
-    [item] = helper.ok("take", wait_seconds=30)["items"]
-    assert item["kind"] == "prompt" and item["text"].endswith("what is 6 x 7?") and item["from"]["relay"] == "desk", item
-    helper.ok("reply", message_id=item["message_id"], text="42")
-    call.join(60)
-    assert answer["body"]["relay"] == "build-box" and answer["body"]["status"] == "done", answer
-    assert answer["body"]["reply"]["text"] == "42"
