@@ -43,7 +43,7 @@ from tests.support.relays import Relay, RelayStack
 ACTIONS = load_actions()
 REGISTERED = sorted(ACTIONS)
 PARAM_NAMES = sorted({name for spec in ACTIONS.values() for name in spec.params} | {"may_create_sessions"})
-WAITING = {"send", "create_session", "wait"}
+WAITING = {"send", "create_session", "wait", "take"}
 
 # Payloads per test: 150 in the short form, 10,000 in the full one
 # (`OAR_SUITE=full python -m pytest tests/test_fuzz.py -s`).
