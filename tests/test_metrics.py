@@ -6,6 +6,7 @@ those made, and nothing of a title, prompt, token or URL is."""
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import threading
 from collections.abc import Iterator
@@ -17,10 +18,10 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from oar.core import metrics
+from oar.core.config import Config, ConfigError, check, from_environment
 from tests.support.clients import poll
 from tests.support.relays import FAST_TIMES, Relay, RelayStack, own_relay
-
-pytestmark = pytest.mark.stack
 
 METRICS_TOKEN = "oar_m_" + secrets.token_urlsafe(32)
 # Recognisable strings planted where an agent or the owner writes them; none may reach /metrics.
@@ -79,6 +80,25 @@ def value(found: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
     return sum(v for (n, got), v in found.items() if n == name and wanted <= got)
 
 
+@pytest.mark.parametrize(("changes", "says"), [
+    ({"metrics": "yes"}, "OAR_METRICS must be on or off, not 'yes'"),
+    ({"metrics": "on", "metrics_token": "short"}, "OAR_METRICS_TOKEN is too weak: it is 5 characters long"),
+    ({"metrics": "on", "metrics_token": "ab" * 20}, "OAR_METRICS_TOKEN is too weak: it has only 2 different characters"),
+])
+def test_a_bad_metrics_setting_stops_the_relay_at_start(tmp_path: Path, changes: dict[str, str], says: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        check(Config(data_dir=tmp_path, **changes))  # type: ignore[arg-type]
+    assert from_environment({"OAR_METRICS": " ON "}).metrics_on  # read as written, case and spaces aside
+
+
+@pytest.mark.stack
+def test_off_by_default_metrics_is_any_unknown_path(relay: Relay) -> None:
+    answer = requests.get(f"{relay.url}/metrics", headers={"Authorization": f"Bearer {relay.config.owner_token}"}, timeout=30)
+    assert answer.status_code == 404 and answer.json()["code"] == "REMOTE_RELAY_NOT_FOUND", answer.text
+    assert not metrics.on()  # nothing counted in a relay's process with metrics off
+
+
+@pytest.mark.stack
 def test_a_wrong_or_missing_token_is_401_and_shows_nothing(watched: RelayStack) -> None:
     relay = watched.relay
     assert relay is not None
@@ -91,6 +111,7 @@ def test_a_wrong_or_missing_token_is_401_and_shows_nothing(watched: RelayStack) 
     assert scrape(relay, relay.config.owner_token).status_code == 200  # the owner token reads them too
 
 
+@pytest.mark.stack
 def test_the_series_count_what_the_relay_did(watched: RelayStack) -> None:
     relay = watched.relay
     assert relay is not None
@@ -169,6 +190,7 @@ def labels_of(found: dict[tuple[str, frozenset[tuple[str, str]]], float], name: 
     return {dict(labels)[label] for n, labels in found if n == name and label in dict(labels)}
 
 
+@pytest.mark.stack
 def test_a_web_restart_starts_its_totals_again_and_keeps_the_others(watched: RelayStack) -> None:
     relay = watched.relay
     assert relay is not None

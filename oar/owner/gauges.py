@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 from oar import __version__
 from oar.core.models import Card, Event, HeldEvent, Message, Question, Schedule, Setting, Task
 from oar.core.runtime import Runtime
-from oar.core.statuses import CardStatus, QuestionStatus, TaskStatus, TurnStatus
+from oar.core.statuses import CardStatus, NotificationStatus, QuestionStatus, TaskStatus, TurnStatus
 from oar.core.timeutil import utcnow
 from oar.federation.models import Peer
 from oar.notifications.models import Notification
@@ -66,7 +66,7 @@ class RelayGauges(Collector):
             "waiting": _count(Schedule.select().where(Schedule.due_at > now)),
         })
         yield _one("oar_notifications_pending", "Notifications waiting to be sent",
-                   _count(Notification.select().where(Notification.status == "pending")))
+                   _count(Notification.select().where(Notification.status == NotificationStatus.PENDING)))
         yield _by("oar_paired_relays", "Paired relays by the state of their link", "state", _links())
         queue = self._queue()
         if queue is not None:
