@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import requests
 
+from tests.fakes.llm import FakeLLM
 from tests.support.clients import Agent
 from tests.support.otlp import OtlpReceiver, ReceivedSpan
 from tests.support.relays import Relay, named_relays
@@ -138,3 +139,36 @@ def test_an_mcp_call_continues_the_trace_in_its_meta(chain: dict[str, Relay], re
     assert bad["result"]["isError"] is False, bad
     wrong_type = mcp_call(desk, agent, {"traceparent": 42})
     assert wrong_type["result"]["isError"] is False, wrong_type
+
+
+def test_a_turn_on_a_model_api_has_a_span_per_provider_request(chain: dict[str, Relay], receiver: OtlpReceiver) -> None:
+    desk = chain["desk"]
+    llm = FakeLLM().start()
+    try:
+        status, made = desk.owner.request("PUT", "/api/v1/owner/providers/model-api", {
+            "kind": "chat", "base_url": llm.base_url, "api_key": llm.api_key,
+        })
+        assert status == 200, made
+        agent = desk.conversation("model traced")
+        header, trace_id, root = traceparent()
+        status, started = agent.request("POST", "/api/v1/relay_tool", {
+            "action": "create_session", "relay": "this", "provider": "model-api", "text": "hello model", "wait_seconds": 30,
+        }, headers={"traceparent": header})
+        assert status == 200 and started["status"] == "done", started
+        failing = agent.ok("send", relay="this", session=started["session"], text="#500", wait_seconds=30)
+        assert failing["status"] == "failed", failing
+    finally:
+        llm.stop()
+
+    def chats(spans: list[ReceivedSpan]) -> list[ReceivedSpan]:
+        return [span for span in spans if span.name.startswith("chat ") and span.relay == "desk"]
+
+    spans = receiver.wait_for("the model requests' spans", lambda found: len(chats(found)) >= 2 and found)
+    [turn] = [span for span in spans if span.trace_id == trace_id and span.name == "invoke_agent"]
+    [request] = [span for span in chats(spans) if span.trace_id == trace_id]
+    assert request.parent_span_id == turn.span_id and request.kind == 3, request  # SPAN_KIND_CLIENT
+    assert request.name == "chat fake-large" and request.attributes["gen_ai.request.model"] == "fake-large"
+    assert request.attributes["server.address"] == "127.0.0.1" and request.attributes["http.response.status_code"] == 200
+    assert only([s for s in spans if s.trace_id == trace_id], "desk", "tools/call relay_tool").parent_span_id == root
+    [refused] = [span for span in chats(spans) if span.trace_id != trace_id]
+    assert refused.error and refused.attributes["error.type"] == "server", refused
