@@ -42,7 +42,8 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def child(plan_file: Path, setup_file: Path, calls: int) -> None:
-    """In a setup's own process: every call's seconds, as JSON on stdout."""
+    """In a setup's own process: every call's seconds, and the process's CPU seconds over them all
+    (every thread's: the span exporter's too), as JSON on stdout."""
     import os
 
     plan = json.loads(plan_file.read_text())
@@ -52,11 +53,12 @@ def child(plan_file: Path, setup_file: Path, calls: int) -> None:
     for _ in range(WARM_UP_CALLS):
         call()
     timed: list[float] = []
+    cpu_started = time.process_time()
     for _ in range(calls):
         started = time.perf_counter()
         call()
         timed.append(time.perf_counter() - started)
-    print(json.dumps(timed))
+    print(json.dumps({"calls": timed, "cpu": time.process_time() - cpu_started}))
 
 
 @contextmanager
@@ -91,14 +93,15 @@ def setup_environment(setup: str, endpoint: str, scratch: Path) -> dict[str, str
     return env
 
 
-def measured(plan_file: Path, env: dict[str, str], scratch: Path, calls: int) -> list[float]:
+def measured(plan_file: Path, env: dict[str, str], scratch: Path, calls: int) -> tuple[list[float], float]:
     setup_file = scratch / "setup.json"
     setup_file.write_text(json.dumps(env))
     command = [sys.executable, "-m", "bench.watching", "--child", str(plan_file), str(setup_file), str(calls)]
     done = subprocess.run(command, cwd=stack.PROJECT, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"the {env} run failed:\n{done.stderr[-2000:]}")
-    return [float(seconds) for seconds in json.loads(done.stdout.splitlines()[-1])]
+    figures = json.loads(done.stdout.splitlines()[-1])
+    return [float(seconds) for seconds in figures["calls"]], float(figures["cpu"]) / calls
 
 
 def run(argv: Sequence[str]) -> int:
@@ -107,21 +110,24 @@ def run(argv: Sequence[str]) -> int:
         return 0
     args = parse_arguments(argv)
     times: dict[str, list[float]] = {setup: [] for setup in SETUPS}
+    cpu: dict[str, list[float]] = {setup: [] for setup in SETUPS}
     with seeded_plan(args.sessions, args.messages) as plan_file, dropping_receiver() as endpoint, \
             tempfile.TemporaryDirectory(prefix="oar-bench-watching-") as scratch_dir:
         scratch = Path(scratch_dir)
         for number in range(1, args.rounds + 1):
             for setup in SETUPS:
                 progress(f"round {number}/{args.rounds}: {setup}, {args.calls} calls")
-                times[setup].extend(measured(plan_file, setup_environment(setup, endpoint, scratch), scratch, args.calls))
+                calls, cpu_per_call = measured(plan_file, setup_environment(setup, endpoint, scratch), scratch, args.calls)
+                times[setup].extend(calls)
+                cpu[setup].append(cpu_per_call)
     print("OAR Relay benchmark: watching it (read_session through the WSGI app, one process per run, no HTTP server)")
     print(f"database     SQLite, {args.sessions:,} sessions × {args.messages} messages; {args.rounds} rounds × "
           f"{args.calls} calls per setup after {WARM_UP_CALLS} warm-up calls")
-    off = statistics.median(times["both off"])
-    print(f"{'setup':<14}{'median µs':>11}{'mean µs':>10}{'+ µs per call':>15}")
+    off, off_cpu = statistics.median(times["both off"]), statistics.median(cpu["both off"])
+    print(f"{'setup':<14}{'median µs':>11}{'+ µs':>8}{'CPU µs':>9}{'+ µs':>8}   (CPU: the process's, every thread, per call; median of the runs)")
     for setup in SETUPS:
-        median = statistics.median(times[setup])
-        print(f"{setup:<14}{median * 1e6:>11.0f}{statistics.fmean(times[setup]) * 1e6:>10.0f}{(median - off) * 1e6:>+15.0f}")
+        median, used = statistics.median(times[setup]), statistics.median(cpu[setup])
+        print(f"{setup:<14}{median * 1e6:>11.0f}{(median - off) * 1e6:>+8.0f}{used * 1e6:>9.0f}{(used - off_cpu) * 1e6:>+8.0f}")
     return 0
 
 
