@@ -9,7 +9,8 @@ import gc
 import multiprocessing
 import os
 
-from oar.core import lifeline
+from oar.core import lifeline, metric_files
+from oar.core.config import from_environment
 
 bind = f"{os.environ.get('OAR_HOST', '127.0.0.1')}:{os.environ.get('PORT', '8080')}"
 # gthread with deadlines for reading a request, so that clients sending slowly cannot hold the
@@ -24,6 +25,21 @@ keepalive = 5
 accesslog = os.environ.get("OAR_ACCESS_LOG") or None
 # One relay may run several gunicorn instances (tests, benchmarks); none needs the control socket.
 control_socket_disable = True
+
+
+def on_starting(server: object) -> None:
+    """In the arbiter, before the web processes start: the figures a previous web of this machine
+    left go, so that its totals start again with it (docs/operations.md#watching-it)."""
+    config = from_environment()
+    if config.metrics_on:
+        metric_files.sweep_kind(config.metrics_folder, "web")
+
+
+def child_exit(server: object, worker: object) -> None:
+    # A web process that ended: its open waits and memory leave the sums at once.
+    config = from_environment()
+    if config.metrics_on:
+        metric_files.sweep_live(config.metrics_folder)
 
 
 def when_ready(server: object) -> None:

@@ -37,7 +37,7 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         help="what to measure: everything (default), or only schedule firing accuracy; "
         "`python -m bench tasks [--gigabyte]`, `python -m bench providers`, `python -m bench delivery`, "
         "`python -m bench idle`, `python -m bench footprint`, `python -m bench instructions`, `python -m bench caches`, "
-        "`python -m bench outside` and `python -m bench decisions` run one part alone",
+        "`python -m bench outside`, `python -m bench decisions` and `python -m bench watching` run one part alone",
     )
     parser.add_argument(
         "--schedules", type=int, default=1000, help="schedules due within one minute (default 1000; 0: none)"
@@ -272,6 +272,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench import decisions
 
         return decisions.run(argv[1:])
+    if argv[:1] == ["watching"]:  # `python -m bench watching`: what metrics and traces cost per call
+        from bench import watching
+
+        return watching.run(argv[1:])
     if argv[:1] == ["delivery"]:  # `python -m bench delivery`: relay events fanned out to 200 watchers
         from bench import delivery
 

@@ -17,7 +17,7 @@ from typing import Any
 import peewee
 
 from oar.actions.context import CallContext
-from oar.core import defaults, logs
+from oar.core import defaults, logs, metrics
 
 # The arguments that name what a call acts on, in the order the target takes the first given.
 ID_ARGUMENTS = ("session", "message_id", "task_id", "schedule_id", "subscription_id", "question_id", "watcher", "from")
@@ -54,6 +54,9 @@ def shown_id(value: str, *, short: bool = False) -> str:
 
 
 def log_call(ctx: CallContext, trace: CallTrace, body: dict[str, Any], seconds: float) -> None:
+    """The call's line, and its count and duration for `/metrics` (by action, outcome and way)."""
+    outcome = outcome_of(body)
+    metrics.call_answered(trace.action, outcome, ctx.via, seconds)
     calling = ctx.calling
     caller = shown_id(calling.session_id, short=True)
     logs.call_line("call", {
@@ -63,9 +66,14 @@ def log_call(ctx: CallContext, trace: CallTrace, body: dict[str, Any], seconds: 
         "via": ctx.via,
         "action": trace.action,
         "target": trace.target,
-        "outcome": "ok" if body.get("ok") else str(body.get("code") or "error"),
+        "outcome": outcome,
         "duration_ms": round(seconds * 1000),
     })
+
+
+def outcome_of(body: dict[str, Any]) -> str:
+    """`ok`, or the answer's error code."""
+    return "ok" if body.get("ok") else str(body.get("code") or "error")
 
 
 def _relay_name(ctx: CallContext) -> str:

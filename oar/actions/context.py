@@ -85,6 +85,9 @@ class CallContext:
     _view: visibility.View | None = None
     # An agent on another relay calling through the peer API (`caller` is then its stand-in here).
     remote: Caller | None = None
+    # The W3C trace context the call came with (an MCP request's `_meta`, a call's headers), which
+    # its span continues (oar.core.tracing); None: none, or traces are off.
+    trace_carrier: dict[str, str] | None = None
     calling: Caller = field(init=False)
 
     def __post_init__(self) -> None:

@@ -17,13 +17,13 @@ import time
 from typing import Any
 
 from oar.actions.args import check_arguments
-from oar.actions.call_log import CallTrace, log_call
+from oar.actions.call_log import CallTrace, log_call, outcome_of
 from oar.actions.catalog import load_actions
 from oar.actions.checks import Call, run_checks
 from oar.actions.context import CallContext
 from oar.actions.resolving import resolve_target
 from oar.actions.targets import Target, ThisRelay
-from oar.core import defaults
+from oar.core import defaults, tracing
 from oar.core.db import is_busy, short_read
 from oar.core.errors import ActionError, database_busy, invalid
 from oar.core.fields import unstorable_text
@@ -35,12 +35,42 @@ log = logging.getLogger(__name__)
 
 def dispatch(ctx: CallContext, payload: Any) -> tuple[int, dict[str, Any]]:
     """Run one relay_tool call; returns the HTTP status and the JSON result. Every call, refused
-    or not, writes one line to the log (`call_log`)."""
+    or not, writes one line to the log and is counted (`call_log`); with traces on it is a span,
+    continuing the context the call came with (`ctx.trace_carrier`) or the current one."""
     trace = CallTrace()
     started = time.monotonic()
-    status, body = _answer(ctx, payload, trace)
+    if tracing.on():
+        with tracing.span(*call_span(ctx)) as span:
+            status, body = _answer(ctx, payload, trace)
+            note_call_span(span, trace, body)
+    else:
+        status, body = _answer(ctx, payload, trace)
     log_call(ctx, trace, body, time.monotonic() - started)
     return status, body
+
+
+def call_span(ctx: CallContext) -> tuple[str, str, dict[str, Any], dict[str, str] | None]:
+    """The span of an agent call, after the GenAI and MCP conventions: a call from outside is the
+    server's `tools/call relay_tool`, a model's call in a turn `execute_tool relay_tool`."""
+    attributes = {
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "relay_tool",
+        "gen_ai.conversation.id": ctx.calling.session_id, "oar.via": ctx.via,
+    }
+    if ctx.calling.relay:
+        attributes["oar.caller.relay"] = ctx.calling.relay
+    if ctx.via == "provider":
+        return "execute_tool relay_tool", "internal", attributes, ctx.trace_carrier
+    if ctx.via == "mcp":
+        attributes["mcp.method.name"] = "tools/call"
+    return "tools/call relay_tool", "server", attributes, ctx.trace_carrier
+
+
+def note_call_span(span: Any, trace: CallTrace, body: dict[str, Any]) -> None:
+    if span is None:
+        return
+    tracing.note(span, {"oar.action": trace.action, "oar.target": trace.target, "oar.outcome": outcome_of(body)})
+    if not body.get("ok"):
+        tracing.failed(span, outcome_of(body))
 
 
 def _answer(ctx: CallContext, payload: Any, trace: CallTrace) -> tuple[int, dict[str, Any]]:

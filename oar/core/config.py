@@ -106,6 +106,10 @@ def default_data_dir() -> Path:
     return CHECKOUT / "var" if (CHECKOUT / "app.py").is_file() else Path("var")
 
 
+# What OAR_METRICS may say (docs/operations.md#watching-it).
+METRICS_CHOICES = ("on", "off")
+
+
 class ConfigError(ValueError):
     """A setting the relay refuses to start with; the message says which and what to do."""
 
@@ -136,6 +140,15 @@ class Config:
     times: Mapping[str, float] = field(default_factory=dict)
     # The bubblewrap binary tasks run under (docs/tasks.md#the-sandbox); None: `bwrap` on PATH.
     bwrap: str | None = None
+    # `GET /metrics` and the figures behind it (docs/operations.md#watching-it): "on" or "off"
+    # (OAR_METRICS, checked at start). Read by every process as it starts: counting needs a
+    # folder of its own before the first figure is written, which an owner setting could not give.
+    metrics: str = "off"
+    # A bearer token for `/metrics` only, beside the owner token (None: the owner token only).
+    metrics_token: str | None = None
+    # Where the processes of this machine write their figures (PROMETHEUS_MULTIPROC_DIR);
+    # None: `metrics/` in the data directory.
+    metrics_dir: Path | None = None
 
     def time(self, name: str) -> float:
         """A time constant of ``oar.defaults``, as overridden by the environment."""
@@ -148,6 +161,14 @@ class Config:
     @property
     def base_url(self) -> str:
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+    @property
+    def metrics_on(self) -> bool:
+        return self.metrics == "on"
+
+    @property
+    def metrics_folder(self) -> Path:
+        return self.metrics_dir or self.data_dir / "metrics"
 
     def with_overrides(self, **overrides: Any) -> Config:
         return replace(self, **overrides)
@@ -173,6 +194,9 @@ def from_environment(environ: Mapping[str, str] | None = None) -> Config:
         max_waits_per_conversation=int(env.get("OAR_MAX_WAITS_PER_CONVERSATION") or base.max_waits_per_conversation),
         times=times,
         bwrap=env.get("OAR_BWRAP") or None,
+        metrics=(env.get("OAR_METRICS") or base.metrics).strip().lower(),
+        metrics_token=env.get("OAR_METRICS_TOKEN") or None,
+        metrics_dir=Path(env["PROMETHEUS_MULTIPROC_DIR"]) if env.get("PROMETHEUS_MULTIPROC_DIR") else None,
     )
 
 
@@ -193,6 +217,14 @@ def check(config: Config) -> None:
             f"OAR_OWNER_TOKEN is too weak: {problem}. Set it to a random value, e.g. the output of "
             "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`, or leave it unset and the relay "
             "generates one and prints it once. The relay did not start."
+        )
+    if config.metrics not in METRICS_CHOICES:
+        raise ConfigError(f"OAR_METRICS must be on or off, not {config.metrics[:40]!r}. The relay did not start.")
+    weak_metrics = owner_token_problem(config.metrics_token) if config.metrics_token else None
+    if weak_metrics:
+        raise ConfigError(
+            f"OAR_METRICS_TOKEN is too weak: {weak_metrics}. Set it to a random value, e.g. the output of "
+            "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`. The relay did not start."
         )
     if config.trust_proxy < 0:
         raise ConfigError("OAR_TRUST_PROXY must be 0 (no proxy) or the number of proxies in front. The relay did not start.")

@@ -315,3 +315,9 @@ NOTIFY_DECIDE_KINDS_DEFAULT = tuple(kind for kind in NOTIFY_DECIDE_KINDS if kind
 # most INBOX_DECIDED_SHOWN, with how each was decided (docs/notifications.md#how-it-was-decided).
 INBOX_DECIDED_SECONDS = 86_400
 INBOX_DECIDED_SHOWN = 20
+
+# Watching the relay (docs/operations.md#watching-it): a process reads its own memory for
+# `/metrics` at most this often, when it does some work (an idle process wakes for nothing).
+METRICS_MEMORY_EVERY_SECONDS = 15.0
+# How long the trace context of the call that queued a prompt is kept for its turn (oar.core.tracing).
+PROMPT_TRACE_KEEP_SECONDS = 86_400

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from oar.core import defaults
+from oar.core import defaults, metrics
 
 # Error code → HTTP status of the JSON API.
 STATUS_BY_CODE: dict[str, int] = {
@@ -99,6 +99,7 @@ def not_found(message: str, **extra: Any) -> ActionError:
 def database_busy() -> ActionError:
     """The database stayed locked or out of connections (docs/errors.md): try again shortly."""
     wait = defaults.DATABASE_BUSY_RETRY_SECONDS
+    metrics.database_busy()
     return ActionError(
         "REMOTE_RELAY_DATABASE_BUSY",
         f"The relay's database is busy (another write held it too long). The call's changes were rolled back; "

@@ -104,6 +104,11 @@ def wait_slots(namespace: str, conversation: str) -> str:
     return f"{namespace}:waits:{conversation}"
 
 
+def prompt_trace(namespace: str, message_id: str) -> str:
+    """The trace context of the call that queued a prompt, for its turn's span (oar.core.tracing)."""
+    return f"{namespace}:trace:{message_id}"
+
+
 def turns_nudge(namespace: str, session_id: str) -> str:
     """Set while the reconciler's last re-enqueue of the session's queued turns is recent."""
     return f"{namespace}:nudged:{session_id}"

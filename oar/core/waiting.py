@@ -19,6 +19,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from oar.core import metrics
 from oar.core.db import released_connection
 from oar.core.runtime import Runtime
 
@@ -115,7 +116,7 @@ def wait_on_signals(
     watch = _caller_watch.get()
     if watch is not None and watch.wake_channels:
         channels = [*channels, *watch.wake_channels]
-    with runtime.hub.watch(*channels) as woken:
+    with runtime.hub.watch(*channels) as woken, metrics.open_wait():
         while True:
             woken.clear()
             found = look()

@@ -12,7 +12,7 @@ import logging
 import signal
 import threading
 
-from oar.core import lifeline
+from oar.core import lifeline, metric_files, metrics
 from oar.core.config import from_environment
 from oar.core.db import checkpoint, database, is_sqlite, open_database, wal_state
 from oar.core.runtime import Runtime
@@ -61,6 +61,7 @@ def tick(runtime: Runtime) -> None:
             log.info("notifications swept: %s", notified)
     finally:
         database.close()
+        metrics.worked()
 
 
 def peer_events_loop(runtime: Runtime, stopping: threading.Event) -> None:
@@ -101,6 +102,9 @@ def main() -> None:
     config = from_environment()
     open_database(config)
     runtime = Runtime(config)
+    if config.metrics_on:  # the clock's figures (docs/operations.md#watching-it); a previous clock's go
+        metric_files.sweep_kind(config.metrics_folder, "clock")
+    metrics.start("clock", config)
     stopping = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopping.set())

@@ -16,7 +16,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-from oar.core import ids, jobs
+from oar.core import ids, jobs, metrics, tracing
 from oar.core.db import database, is_sqlite, lock_rows, write_transaction
 from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
@@ -82,10 +82,18 @@ def finish(
             _write(outcome)
     runtime.signal_turn(turn.id)
     if outcome.settled:
+        _counted(turn, status)
         jobs.poke_delivery(runtime)
         # An OpenClaw run waiting for this turn takes its next step now (the clock's sweep after a crash).
         openclaw_runs.turn_ended(runtime, turn.id)
     return outcome.queued_behind
+
+
+def _counted(turn: Message, status: TurnStatus) -> None:
+    """The turn's outcome for `/metrics` and on its span (docs/operations.md#watching-it)."""
+    started = turn.started_at or turn.created_at
+    metrics.turn_ended(status.value, (utcnow() - started).total_seconds() if started else 0.0)
+    tracing.note_current({"oar.outcome": status.value}, error=None if status == TurnStatus.DONE else status.value)
 
 
 def _write_with_others(outcome: _Outcome) -> None:

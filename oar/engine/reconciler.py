@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 
 from oar.approvals import cards
 from oar.background import task_recovery
-from oar.core import jobs, keys
+from oar.core import jobs, keys, metrics
 from oar.core.db import lock_rows, write_transaction
 from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
@@ -66,6 +66,8 @@ def reconcile(runtime: Runtime, now: datetime) -> Reconciled:
             ).execute()
         if failed:
             outcome.failed_turns += 1
+            started = turn.started_at or turn.created_at
+            metrics.turn_ended(TurnStatus.FAILED.value, (now - started).total_seconds() if started else 0.0)
             runtime.signal_turn(turn.id)
             log.warning("turn %s of session %s failed: its worker stopped", turn.id, turn.session_id)
 

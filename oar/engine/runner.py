@@ -22,7 +22,7 @@ from oar import providers
 from oar.actions.schema import relay_tool, system_prompt
 from oar.approvals import cards, questions
 from oar.background import output_files
-from oar.core import events, jobs, keys, work_folders
+from oar.core import events, jobs, keys, tracing, work_folders
 from oar.core.db import database, release_connection, write_transaction
 from oar.core.fields import storable
 from oar.core.models import Message, Question, Session
@@ -63,12 +63,26 @@ def run_turns(runtime: Runtime, session_id: str) -> int:
     turn = claim_next_turn(session_id)
     while turn is not None:
         runtime.signal_turn(turn.id)
-        queued_behind = execute(runtime, turn)
+        if tracing.on():
+            with tracing.span(*turn_span(turn)):
+                queued_behind = execute(runtime, turn)
+        else:
+            queued_behind = execute(runtime, turn)
         ran += 1
         # A prompt queued after the outcome was recorded is its own job's to claim: the session
         # was free when it was committed (docs/operations.md#durability-and-recovery).
         turn = claim_next_turn(session_id) if queued_behind else None
     return ran
+
+
+def turn_span(turn: Message) -> tuple[str, str, dict[str, Any], dict[str, str] | None]:
+    """A turn's span (the GenAI conventions' `invoke_agent`), continuing the trace of the call
+    that queued its prompt; its outcome is noted when it is recorded (`outcomes.finish`)."""
+    attributes = {
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": turn.session_id,
+        "gen_ai.request.model": turn.model or "", "oar.turn.id": turn.id,
+    }
+    return "invoke_agent", "internal", attributes, tracing.prompt_carrier(turn.id)
 
 
 def claim_next_turn(session_id: str) -> Message | None:

@@ -26,7 +26,7 @@ from rq.queue import Queue
 from rq.timeouts import TimerDeathPenalty
 from rq.worker_pool import WorkerPool
 
-from oar.core import jobs, lifeline
+from oar.core import jobs, lifeline, metric_files, metrics, tracing
 from oar.core.config import from_environment
 from oar.core.runtime import Runtime
 
@@ -52,6 +52,7 @@ class ThreadedWorker(SimpleWorker):
         if self.pool_pid is not None:
             lifeline.die_with_parent()
             lifeline.watch_parent(self.pool_pid)
+        metrics.started_after_fork()
         self._slots = threading.BoundedSemaphore(self.threads)
         self._running: set[threading.Thread] = set()
         self._running_lock = threading.Lock()
@@ -79,6 +80,7 @@ class ThreadedWorker(SimpleWorker):
                 self._running.discard(threading.current_thread())
             if took_a_slot:
                 self._slots.release()
+            metrics.worked()
 
     def teardown(self) -> None:
         with self._running_lock:
@@ -94,6 +96,12 @@ def main(processes: int | None = None) -> None:
         lifeline.watch_parent(launcher)
     config = from_environment()
     runtime = Runtime(config)
+    # The workers' figures and traces (docs/operations.md#watching-it), when configured: this
+    # kind's files of a previous run go first, then each forked worker counts in files of its own.
+    if config.metrics_on:
+        metric_files.sweep_kind(config.metrics_folder, "worker")
+    metrics.start("worker", config)
+    tracing.start("worker", runtime)
     ThreadedWorker.threads = config.worker_threads
     ThreadedWorker.pool_pid = os.getpid()
     # Imported here, before the fork, as RQ would import them at each process's first job of

@@ -25,7 +25,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from oar import __version__
-from oar.core import defaults
+from oar.core import defaults, tracing
 from oar.core.db import release_connection
 from oar.core.errors import STATUS_BY_CODE, ActionError, peer_http_status
 from oar.core.fields import has_control_characters, one_line
@@ -144,19 +144,26 @@ class PeerLink:
         read_timeout: float, connect_timeout: float | None = None, refusal_ok: bool = False,
     ) -> dict[str, Any]:
         release_connection()  # no database connection (or transaction) held while the peer answers
-        sent = {"Authorization": f"Bearer {self._token}", "Accept": "application/json",
-                "User-Agent": f"oar-relay/{__version__}", **(headers or {})}
-        try:
-            with _session() as http:
-                response = http.request(
-                    method, self.url + API + path, json=body, headers=sent, allow_redirects=False, stream=True,
-                    timeout=(connect_timeout or self.connect_timeout, read_timeout),
-                )
-                raw = response.raw.read(defaults.PEER_MAX_ANSWER_BYTES + 1, decode_content=True)
-                status = response.status_code
-        except requests.exceptions.RequestException as error:
-            log.info("paired relay %s did not answer: %s", self.name, type(error).__name__)
-            raise offline(self.name, _why(error)) from None
+        # With traces on, a client span whose context the peer's API continues (`traceparent`).
+        route = API + path.partition("?")[0]
+        with tracing.span(f"{method} {route}", kind="client", attributes={
+            "http.request.method": method, "url.template": route, "oar.peer.relay": self.name,
+        }) as span:
+            sent = {"Authorization": f"Bearer {self._token}", "Accept": "application/json",
+                    "User-Agent": f"oar-relay/{__version__}", **(headers or {}), **tracing.carrier()}
+            try:
+                with _session() as http:
+                    response = http.request(
+                        method, self.url + API + path, json=body, headers=sent, allow_redirects=False, stream=True,
+                        timeout=(connect_timeout or self.connect_timeout, read_timeout),
+                    )
+                    raw = response.raw.read(defaults.PEER_MAX_ANSWER_BYTES + 1, decode_content=True)
+                    status = response.status_code
+            except requests.exceptions.RequestException as error:
+                log.info("paired relay %s did not answer: %s", self.name, type(error).__name__)
+                tracing.failed(span, "REMOTE_RELAY_OFFLINE")
+                raise offline(self.name, _why(error)) from None
+            tracing.note(span, {"http.response.status_code": status})
         return self._answer(status, raw, refusal_ok)
 
     def _answer(self, status: int, raw: bytes, refusal_ok: bool) -> dict[str, Any]:

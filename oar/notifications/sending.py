@@ -20,7 +20,7 @@ from typing import Any
 
 import redis
 
-from oar.core import defaults, jobs, keys
+from oar.core import defaults, jobs, keys, metrics
 from oar.core.db import database, released_connection, write_transaction
 from oar.core.runtime import Runtime
 from oar.core.statuses import NotificationStatus
@@ -147,6 +147,9 @@ def send_one(runtime: Runtime, row: Notification, now: Callable[[], datetime]) -
         return False
     error = deliver(runtime, channel, row, now())
     at = now()
+    metrics.notification_handed(
+        str(channel.type), "sent" if error is None else "failed" if row.attempts >= defaults.NOTIFY_ATTEMPTS else "retry",
+    )
     if error is None:
         with write_transaction():
             _settle(row, NotificationStatus.SENT, at)

@@ -11,15 +11,18 @@ connection as soon as the turn is stopped.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import json
 import re
 import socket
 from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 
+from oar.core import tracing
 from oar.providers.base import TurnControl
 
 # The most of an error body kept for the failure text.
@@ -223,7 +226,8 @@ def request_json(http: requests.Session, request: StreamRequest, control: TurnCo
     A refused request is classified as a refused stream is; a 2xx answer that is not a JSON
     object (an HTML login page, garbage) is a `protocol` error that says what came instead.
     """
-    with _send(http, request, control) as response:
+    with _traced(request) as opened, _send(http, request, control) as response:
+        tracing.note(opened, {"http.response.status_code": response.status_code})
         body = _limited_body(response)
         if not 200 <= response.status_code < 300:
             raise classify(request.name, response.status_code, response.headers, body, request.budget, request.api_key)
@@ -243,7 +247,13 @@ def request_json(http: requests.Session, request: StreamRequest, control: TurnCo
 
 def open_stream(http: requests.Session, request: StreamRequest, control: TurnControl) -> Generator[SseEvent, None, None]:
     """Send the request and yield its events; raises ProviderError. Ends quietly when stopped."""
-    response = _send(http, request, control)
+    with _traced(request) as opened:
+        response = _send(http, request, control)
+        tracing.note(opened, {"http.response.status_code": response.status_code})
+        yield from _events(response, request, control)
+
+
+def _events(response: requests.Response, request: StreamRequest, control: TurnControl) -> Generator[SseEvent, None, None]:
     with response:
         if response.status_code != 200:
             raise classify(request.name, response.status_code, response.headers, _limited_body(response), request.budget, request.api_key)
@@ -266,6 +276,29 @@ def open_stream(http: requests.Session, request: StreamRequest, control: TurnCon
             raise ProviderError(kind, f'Provider "{request.name}" {what} ({_reason(error, request)}).') from None
         finally:
             forget()
+
+
+@contextlib.contextmanager
+def _traced(request: StreamRequest) -> Iterator[Any]:
+    """With traces on, a client span for one request to a provider (the GenAI conventions' `chat`),
+    not made current: a stream's events are yielded out of it. It ends with the request's answer
+    or failure (a ProviderError's kind)."""
+    if not tracing.on():
+        yield None
+        return
+    model = str((request.body or {}).get("model") or "")
+    opened = tracing.open_span(f"chat {model}".strip(), kind="client", attributes={
+        "gen_ai.operation.name": "chat", "gen_ai.request.model": model, "oar.provider": request.name,
+        "server.address": urlsplit(request.url).hostname or "", "http.request.method": request.method,
+    })
+    error: str | None = None
+    try:
+        yield opened
+    except ProviderError as failure:
+        error = failure.kind
+        raise
+    finally:
+        tracing.end(opened, error)
 
 
 def _close_under_read(response: requests.Response) -> None:

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from oar.approvals import loop
-from oar.core import defaults, ids
+from oar.core import defaults, ids, metrics
 from oar.core.db import write_transaction
 from oar.core.models import Message, Schedule, Session
 from oar.core.runtime import Runtime
@@ -163,6 +163,7 @@ def fire_one(runtime: Runtime, schedule_id: str, now: datetime, *, announce: boo
             outcome, started = _fire_claimed(schedule, now, runtime.time("SCHEDULE_HOLD_RECHECK_SECONDS"))
     except _ClaimLost:
         return "lost"
+    metrics.schedule_handled(outcome)  # fired, skipped, held or ended: a due time this process handled
     if started is not None:
         turns.start_turns(runtime, started.session_id)
     if announce:

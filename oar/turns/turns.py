@@ -16,7 +16,7 @@ from peewee import Alias, DoesNotExist, fn
 from rq import Queue
 
 from oar.approvals import questions
-from oar.core import defaults, events, ids, jobs, keys
+from oar.core import defaults, events, ids, jobs, keys, tracing
 from oar.core.db import lock_rows, write_transaction
 from oar.core.models import Message, Schedule, Session, Task
 from oar.core.prepared import Prepared
@@ -104,6 +104,8 @@ def insert_prompt(
     Session.update(
         message_count=Session.message_count + 1, last_activity_at=now
     ).where(Session.id == session.id).execute()
+    # With traces on, the turn continues the trace of the call that queued it (a worker runs it).
+    tracing.remember_for_prompt(message.id)
     return message
 
 

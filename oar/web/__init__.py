@@ -6,18 +6,19 @@ import logging
 import math
 import re
 import secrets
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
-from flask import Flask, Response, abort, jsonify, request, send_from_directory
+from flask import Flask, Response, abort, g, jsonify, request, send_from_directory
 from flask.json.provider import DefaultJSONProvider
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
 from werkzeug.middleware.proxy_fix import ProxyFix
 from werkzeug.sansio.response import Response as SansIOResponse
 
-from oar.core import defaults
+from oar.core import defaults, metrics, tracing
 from oar.core.config import Config, check, from_environment
 from oar.core.db import database, is_busy, open_database
 from oar.core.errors import ActionError, database_busy
@@ -82,6 +83,8 @@ def _orjson_dumps(obj: Any, default: Callable[[Any], Any]) -> bytes | None:
 
 
 COMPACT = {"separators": (",", ":")}
+# The methods a request's count is labelled with; any other is counted as "other".
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 _LONG_DIGITS, _LONG_DIGITS_TEXT = re.compile(rb"[0-9]{19}"), re.compile(r"[0-9]{19}")
 ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 
@@ -115,6 +118,11 @@ def create_app(config: Config | None = None) -> Flask:
     open_database(config)
     app.extensions["oar"] = Runtime(config)
     app.wsgi_app = TrustedProxies(app)  # type: ignore[method-assign]
+    # Figures and traces, when configured (docs/operations.md#watching-it): nothing otherwise.
+    metrics.start("web", config)
+    tracing.start("web", app.extensions["oar"])
+    if metrics.on():
+        count_requests(app)
 
     @app.before_request
     def connect() -> None:
@@ -214,7 +222,30 @@ def create_app(config: Config | None = None) -> Flask:
     app.register_blueprint(mcp_team.blueprint)
     app.register_blueprint(openclaw.blueprint)
     app.register_blueprint(openapi.blueprint)
+    if config.metrics_on:
+        # Only where metrics are on: prometheus-client is imported with it (off, /metrics is a 404).
+        from oar.web import metrics_page
+
+        app.register_blueprint(metrics_page.blueprint)
     return app
+
+
+def count_requests(app: Flask) -> None:
+    """Each request's route template, method, status and duration (`metrics.request_answered`):
+    the template, never the path, so that no id or name a path holds becomes a label."""
+
+    @app.before_request
+    def started() -> None:
+        g.oar_request_started = time.perf_counter()
+
+    @app.after_request
+    def answered(response: Response) -> Response:
+        started_at = g.get("oar_request_started")
+        if started_at is not None:
+            route = request.url_rule.rule if request.url_rule is not None else "unmatched"
+            method = request.method if request.method in HTTP_METHODS else "other"  # any word a client sends is not a label
+            metrics.request_answered(route, method, response.status_code, time.perf_counter() - started_at)
+        return response
 
 
 def runtime() -> Runtime:

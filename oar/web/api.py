@@ -9,6 +9,7 @@ from oar.actions.context import CallContext
 from oar.actions.dispatch import dispatch, short_read_gate
 from oar.actions.schema import call_schemas
 from oar.background import task_views, tasks
+from oar.core import tracing
 from oar.core.errors import STATUS_BY_CODE, invalid
 from oar.core.fields import Param, check_fields
 from oar.core.models import Task
@@ -37,7 +38,8 @@ def relay_tool() -> ResponseReturnValue:
     with short_read_gate(payload):
         caller = require_agent()
         with watched_by(connection_watch(request.environ)):
-            status, body = dispatch(CallContext(runtime=runtime(), caller=caller, via="http"), payload)
+            ctx = CallContext(runtime=runtime(), caller=caller, via="http", trace_carrier=tracing.read_carrier(request.headers))
+            status, body = dispatch(ctx, payload)
     return jsonify(body), status
 
 

@@ -18,6 +18,7 @@ from flask import Response, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from oar.actions.context import CallContext
+from oar.core import tracing
 from oar.core.db import database
 from oar.core.models import Session
 from oar.core.runtime import Runtime
@@ -32,10 +33,11 @@ KEEPALIVE_SECONDS = 5.0
 Shape = Callable[[dict[str, Any]], dict[str, Any]]
 
 
-def mcp_context(rt: Runtime, caller: Session, *, capped: bool) -> CallContext:
+def mcp_context(rt: Runtime, caller: Session, *, capped: bool, carrier: dict[str, str] | None = None) -> CallContext:
     """The call as the calling session; without a progress token its waits stop before the
-    client's own timeout would cut the call (the reply is kept: `wait` picks it up)."""
-    ctx = CallContext(runtime=rt, caller=caller, via="mcp")
+    client's own timeout would cut the call (the reply is kept: `wait` picks it up). `carrier`:
+    the trace context the request came with."""
+    ctx = CallContext(runtime=rt, caller=caller, via="mcp", trace_carrier=carrier)
     if capped:
         seconds = int(rt.time("MCP_MAX_WAIT_SECONDS"))
         ctx.cap_waits(seconds, (
@@ -49,10 +51,12 @@ def accepts_event_stream() -> bool:
 
 
 def run_call(tools: ToolSet, rt: Runtime, caller: Session, call: ToolCall, request_id: Any, shape: Shape) -> ResponseReturnValue:
-    """Run the call for this request: streamed with progress when the client can follow it, else capped."""
+    """Run the call for this request: streamed with progress when the client can follow it, else capped.
+    Its trace continues the request's `_meta`, else its `traceparent` header."""
+    carrier = call.trace_carrier or tracing.read_carrier(request.headers)
     if call.progress_token is not None and tools.waits and accepts_event_stream():
-        return streamed_call(tools, rt, caller, call, call.progress_token, request_id, shape)
-    ctx = mcp_context(rt, caller, capped=True)
+        return streamed_call(tools, rt, caller, call, call.progress_token, request_id, shape, carrier)
+    ctx = mcp_context(rt, caller, capped=True, carrier=carrier)
     # A client that cut the call (its own timeout) is seen going away: a card it waited on
     # is kept or withdrawn, and nothing is done for it.
     with watched_by(connection_watch(request.environ)):
@@ -62,6 +66,7 @@ def run_call(tools: ToolSet, rt: Runtime, caller: Session, call: ToolCall, reque
 
 def streamed_call(
     tools: ToolSet, rt: Runtime, caller: Session, call: ToolCall, token: str | int, request_id: Any, shape: Shape,
+    carrier: dict[str, str] | None = None,
 ) -> Response:
     """Run the call in a thread of its own while the response streams its progress: every
     wait of the call pulses a `notifications/progress`, then the result ends the stream. A
@@ -80,7 +85,7 @@ def streamed_call(
         database.connect(reuse_if_open=True)
         try:
             with watched_by(CallerWatch(pulse=pulse, gone=gone.is_set)):
-                body = tools.call(mcp_context(rt, caller, capped=False), call.name, call.arguments)
+                body = tools.call(mcp_context(rt, caller, capped=False, carrier=carrier), call.name, call.arguments)
             # A client gone meanwhile gets an answer too (the dispatcher's REMOTE_RELAY_CALLER_GONE):
             # nobody reads it, and the stream has ended already.
             events.put(mcp_wire.result(request_id, shape(body)))

@@ -91,7 +91,7 @@ def _call(tools: ToolSet, rt: Runtime, caller: Session, call: ToolCall, task_id:
         on_prompt=lambda session_id, message_id: store.note_prompt(rt, task_id, session_id, message_id, utcnow()),
     )
     with watched_by(watch):
-        return tools.call(mcp_context(rt, caller, capped=False), call.name, call.arguments)
+        return tools.call(mcp_context(rt, caller, capped=False, carrier=call.trace_carrier), call.name, call.arguments)
 
 
 def view(task: McpTask) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oar.actions.context import CallContext
+from oar.core import tracing
 
 # Handshake-era revisions, oldest to newest; `initialize` answers the client's version when it is
 # here, else the newest.
@@ -202,6 +203,7 @@ class ToolCall:
     name: str
     arguments: dict[str, Any]
     progress_token: str | int | None
+    trace_carrier: dict[str, str] | None = None
 
 
 def tool_call(params: dict[str, Any], tools: ToolSet) -> ToolCall:
@@ -224,7 +226,8 @@ def tool_call(params: dict[str, Any], tools: ToolSet) -> ToolCall:
     token = meta.get("progressToken") if isinstance(meta, dict) else None
     if isinstance(token, bool) or not isinstance(token, (str, int)):
         token = None
-    return ToolCall(name=name, arguments=arguments, progress_token=token)
+    # The trace context a client puts in `_meta` (the 2026-07-28 revision reserves `traceparent` there).
+    return ToolCall(name=name, arguments=arguments, progress_token=token, trace_carrier=tracing.read_carrier(meta))
 
 
 def tool_result(body: dict[str, Any], protocol_version: str, *, failed: bool) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from peewee import fn
 from oar import __version__
 from oar.actions.context import CallContext, Caller
 from oar.actions.dispatch import dispatch
+from oar.core import tracing
 from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid
 from oar.core.fields import Param
@@ -98,7 +99,9 @@ def call() -> ResponseReturnValue:
         session_id=origin.session, session_title=origin.session_title, model=origin.model, relay=origin.relay,
         remote_hops=provenance.arriving_hops(origin.hops), pairing=token,
     )
-    ctx = CallContext(runtime=runtime(), caller=stand_in, via="peer", remote=remote)
+    # The calling relay's trace goes on here (its client sends `traceparent`; docs/operations.md#tracing).
+    ctx = CallContext(runtime=runtime(), caller=stand_in, via="peer", remote=remote,
+                      trace_carrier=tracing.read_carrier(request.headers))
     if origin.wait_seconds is not None:
         ctx.cap_waits(origin.wait_seconds, f'Relay "{origin.relay}" waits {origin.wait_seconds} s at most for this call, so it')
     with watched_by(connection_watch(request.environ)):

@@ -359,15 +359,18 @@ def own_relay(
 
 
 @contextlib.contextmanager
-def named_relays(folder: Path, names: tuple[str, ...], redis_url: str) -> Iterator[dict[str, RelayStack]]:
+def named_relays(
+    folder: Path, names: tuple[str, ...], redis_url: str, env: Mapping[str, str] | None = None,
+) -> Iterator[dict[str, RelayStack]]:
     """Relays named `names`, each with its own folder, database and Redis namespace on the
-    server at `redis_url`, a gunicorn web on a loopback port of its own and one worker process.
+    server at `redis_url`, a gunicorn web on a loopback port of its own and one worker process;
+    `env` adds to their processes' environment.
     """
     with contextlib.ExitStack() as running:
         stacks = {
             name: running.enter_context(own_relay(
                 folder / name, name=name, redis_url=redis_url, web="process", worker_processes=1,
-                env={"WEB_CONCURRENCY": "1", "OAR_WEB_THREADS": "16"},
+                env={"WEB_CONCURRENCY": "1", "OAR_WEB_THREADS": "16", **(env or {})},
             ))
             for name in names
         }
