@@ -101,12 +101,12 @@ def test_text_lines_read_as_key_value_and_oar_call_log_off_turns_them_off(tmp_pa
     with own_relay(tmp_path, web="process", env={"OAR_LOG_LEVEL": "INFO"}) as stack:
         relay = stack.relay
         assert relay is not None
-        desk = relay.conversation('say "hi"\nnew line')
+        desk = relay.conversation('say "hi" = ok')
         desk.ok("list_sessions", relay="this")
         line = poll("the text line", lambda: next(
             (line for line in stack.log(WEB, 100_000).splitlines() if "oar.calls: call " in line), None))
         assert re.fullmatch(
-            rf'\S+ \S+ INFO oar\.calls: call relay=desk caller={desk.session_id[:8]} title="say \\"hi\\"\\nnew line" '
+            rf'\S+ \S+ INFO oar\.calls: call relay=desk caller={desk.session_id[:8]} title="say \\"hi\\" = ok" '
             r"via=http action=list_sessions target=desk outcome=ok duration_ms=\d+", line,
         ), line
 
