@@ -396,6 +396,9 @@ OWNER_CASES = [
               auth="agent", says="cannot hold a NUL character"),
     OwnerCase("tasks-command-lone-surrogate", "POST", "/api/v1/tasks", {"command": "echo \ud800"}, auth="agent",
               says="cannot hold a NUL character or a lone surrogate"),
+    # A refusal that quotes what was sent (an unknown field's name) writes a lone surrogate as its escape.
+    OwnerCase("tasks-unknown-field-lone-surrogate", "POST", "/api/v1/tasks", {"command": "true", "x\ud800": 1},
+              auth="agent", says="does not take: x\ud800"),
     # Nested deeper than the JSON parser goes, on every JSON endpoint.
     OwnerCase("tasks-deeply-nested", "POST", "/api/v1/tasks", b'{"command": ' + DEEP + b"}", auth="agent",
               says="must be a JSON object"),

@@ -143,6 +143,21 @@ def test_malformed_messages_get_json_rpc_errors(relay: Relay, desk: Agent) -> No
         assert response.status_code == 405 and response.headers["Allow"] == "POST"
 
 
+def test_a_method_or_tool_name_holding_a_lone_surrogate_is_answered_on_every_endpoint(relay: Relay, desk: Agent) -> None:
+    """The error quotes the name it did not find; a lone surrogate there is written as its escape."""
+    headers = {"Authorization": f"Bearer {desk.token}", "Content-Type": "application/json"}
+    for path in ("/mcp", "/mcp/team", "/mcp/openclaw"):
+        method = requests.post(f"{relay.url}{path}", data=b'{"jsonrpc": "2.0", "id": 1, "method": "tools/\\ud800"}',
+                               headers=headers, timeout=30)
+        assert method.status_code == 200, (path, method.text[:300])
+        assert method.json()["error"] == {"code": -32601, "message": "Method not found: tools/\ud800"}
+        assert b"\\ud800" in method.content
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "x\udfff", "arguments": {}}}
+        tool = requests.post(f"{relay.url}{path}", data=json.dumps(call), headers=headers, timeout=30)
+        assert tool.status_code == 200 and tool.json()["error"]["code"] == -32602, (path, tool.text[:300])
+        assert tool.json()["error"]["message"].startswith("Unknown tool: 'x\\udfff'")
+
+
 def test_a_long_wait_streams_progress_with_a_token_and_is_capped_without(relay: Relay, desk: Agent) -> None:
     sleep = MCP_CAP + 3
     session_id = desk.ok("create_session", relay="this", text="hello", wait_seconds=30)["session"]

@@ -407,6 +407,40 @@ def test_a_pairing_token_holder_cannot_unlock_another_relay_or_reset_the_hops(pa
     assert seen["unlocked"] is True and seen["unlockedBy"] == "agent", seen
 
 
+def test_a_pairing_token_holder_schedules_nothing_on_the_relay_that_gave_it(paired: dict[str, Relay]) -> None:
+    """Schedules exist only on the relay the agent runs on (docs/relays.md#schedules). The calling relay
+    refuses them, and so does the receiving one when a holder of its pairing token calls its API
+    directly: else the holder would schedule prompts into its owner's conversations, prompts from
+    other relays' agents turned off or not."""
+    build_box = paired["build-box"]
+    holder = pairing_token(build_box.owner, "a holder calling directly")
+    target = build_box.owner.post("/api/v1/owner/sessions", {"title": "scheduled into"})["session"]["id"]
+    headers = {"Authorization": f"Bearer {holder}", "X-OAR-Origin-Relay": "desk", "X-OAR-Origin-Session": "5c4ed01e5c4ed01e",
+               "X-OAR-Origin-Title": "scheduler", "X-OAR-Hops": "1"}
+    calls = [
+        {"action": "schedule", "relay": "this", "session": target, "text": "every minute", "every_minutes": 1},
+        {"action": "schedule", "text": "into its own stand-in", "every_minutes": 1},
+        {"action": " list_schedules "},
+        {"action": "unschedule", "schedule_id": "sch_000000000000"},
+    ]
+    before = build_box.owner.get("/api/v1/owner/schedules")
+    for accepting in (False, True):
+        build_box.owner.settings(accept_agent_prompts=accepting)
+        for body in calls:
+            answer = requests.post(f"{build_box.url}/api/peer/v1/call", json=body, headers=headers, timeout=60)
+            assert answer.status_code == 400 and answer.json()["code"] == "REMOTE_RELAY_UNSUPPORTED", answer.text[:300]
+            action = body["action"].strip()
+            assert answer.json()["error"] == (
+                'Schedules exist only on the relay the agent runs on: relay "build-box" takes no '
+                f"{action} from another relay's agent. Nothing was done."
+            )
+    assert build_box.owner.get("/api/v1/owner/schedules") == before
+    assert build_box.owner.get(f"/api/v1/owner/sessions/{target}")["messages"] == []
+    used = next(t for t in build_box.owner.get("/api/v1/owner/pairing-tokens")["pairingTokens"]
+                if t["label"] == "a holder calling directly")
+    assert used["lastUsedAt"] is None, used  # refused before the call counts as the pairing's use
+
+
 def test_a_revoked_token_is_refused_until_the_owner_gives_a_new_one(paired: dict[str, Relay]) -> None:
     desk, build_box = paired["desk"], paired["build-box"]
     agent = desk.conversation("revoked")

@@ -103,6 +103,25 @@ def test_the_relays_name_is_one_line_too(world: World) -> None:
     assert snapshot(world.relay) == before
 
 
+@pytest.mark.parametrize("name", BROKEN_TITLES, ids=repr)
+def test_a_groups_name_and_a_pairing_tokens_label_are_one_line_too(world: World, name: str) -> None:
+    """A group's name is shown inside lines (a card, the refusal listing the groups, relay_info), and an
+    agent names a new group with update_session's `group`."""
+    desk, owner, child = world.desk, world.relay.owner, world.fill("<child>")
+    group = owner.post("/api/v1/owner/groups", {"name": "release"})["group"]["id"]
+    before = snapshot(world.relay)
+    calls = [
+        ("update_session", desk.call("update_session", relay="this", session=child, group=name), "group"),
+        ("create_session", desk.call("create_session", relay="this", text="hi", group=name, wait_seconds=0), "group"),
+        ("owner new group", owner.request("POST", "/api/v1/owner/groups", {"name": name}), "name"),
+        ("owner rename", owner.request("PATCH", f"/api/v1/owner/groups/{group}", {"name": name}), "name"),
+        ("pairing token", owner.request("POST", "/api/v1/owner/pairing-tokens", {"label": name}), "label"),
+    ]
+    for what, (status, body), field in calls:
+        assert_refused(status, body, INVALID, says=f"{field} must be one line of text without line breaks"), what
+    assert snapshot(world.relay) == before
+
+
 def test_a_title_taken_from_the_first_line_of_a_prompt_is_one_line(world: World) -> None:
     created = world.desk.ok("create_session", relay="this", text="\x1b[31mred\x07 alert\r\nsecond line", wait_seconds=0)
     assert created["title"] == "[31mred  alert" and not CONTROL.search(created["title"]), created

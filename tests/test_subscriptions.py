@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rq.job import Job
@@ -10,7 +11,7 @@ from rq.registry import FinishedJobRegistry, StartedJobRegistry
 from oar.core import jobs
 from tests.support.clients import Agent, decide_while_waiting, denied_by_owner, poll
 from tests.support.conversations import event_lines, messages_of
-from tests.support.relays import Relay
+from tests.support.relays import Relay, own_relay
 
 
 def watcher_events(relay: Relay, agent: Agent) -> list[str]:
@@ -142,3 +143,22 @@ def test_unsubscribe_all_and_a_denied_transfer_change_nothing(relay: Relay, desk
     assert refused["error"].endswith("Nothing was transferred.")
     assert len(desk.ok("list_subscriptions", watcher=watcher.session_id)["subscriptions"]) == 3
     assert desk.ok("list_subscriptions")["subscriptions"] == []
+
+
+def test_a_pattern_that_backtracks_without_end_holds_up_no_other_watchers_events(tmp_path: Path) -> None:
+    """A /regex/ match is one agent's pattern run on lines other agents write (docs/events.md#subscriptions):
+    `/(a|aa)+b/` on a title of 60 a's backtracks for longer than anyone waits. It matches nothing, and
+    the other watchers' events, matched after it, arrive; a pattern that does match still does."""
+    with own_relay(tmp_path, worker_processes=1) as stack:
+        assert stack.relay is not None
+        relay = stack.relay
+        mallory, alice = relay.conversation("mallory"), relay.conversation("alice")
+        build = relay.conversation("Nightly build")
+        alice.ok("subscribe", sessions=[build.session_id], events=["turn_end"], match="/night(ly)? BUILD/")
+        bait = mallory.ok("create_session", relay="this", text="hi", title="a" * 60, wait_seconds=30)["session"]
+        mallory.ok("subscribe", sessions=[bait], events=["turn_end"], match="/(a|aa)+b/")
+        mallory.ok("send", relay="this", session=bait, text="again", wait_seconds=30)  # its turn_end, matched first
+        relay.owner.post(f"/api/v1/owner/sessions/{build.session_id}/messages", {"text": "build it"})
+        [line] = poll("alice's event, matched after mallory's", lambda: watcher_events(relay, alice), seconds=60)
+        assert '"Nightly build"' in line and "turn_end (done)" in line, line
+        assert watcher_events(relay, mallory) == []

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import shlex
 import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -155,6 +157,33 @@ def test_the_data_dir_is_no_sessions_folder(relay: Relay, desk: Agent, places: P
     status, body = desk.request("POST", "/api/v1/tasks", {"command": "ls -A"})
     assert status == 400 and body["code"] == "REMOTE_RELAY_INVALID_INPUT", body
     assert body["error"] == f"The session's folder {folder} {reason}. Nothing was run."
+    with database.connection_context():
+        assert Task.select().count() == 0
+
+
+def test_no_sessions_folder_holds_the_folder_of_the_relays_redis_socket(relay: Relay, desk: Agent) -> None:
+    """The relay's Redis listens on a unix socket in the machine's temporary folder (the embedded
+    launcher's, as this relay's); a sandbox shares no network but reaches every socket it sees, and
+    Redis runs jobs. An owner's root that holds that folder gives no session a folder holding it."""
+    temp = Path(tempfile.gettempdir()).resolve()
+    sockets = Path(urlsplit(relay.config.redis_url or "").path).parent
+    assert sockets.parent == temp, relay.config.redis_url
+    relay.settings(allow_shell_tasks=True, allowed_roots=[str(temp)])
+    for folder, held in ((temp, temp), (sockets, sockets)):
+        reason = f"it holds {held}, where the machine's services keep their sockets (the relay's Redis among them)"
+        body = desk.refused("create_session", "REMOTE_RELAY_INVALID_INPUT", relay="this", cwd=str(folder), text="hi")
+        assert body["error"] == f'The relay may not use folder "{folder}": {reason}. Nothing was created.'
+        status, body = relay.owner.request("POST", "/api/v1/owner/sessions", {"title": "x", "cwd": str(folder)})
+        assert status == 400 and body["error"] == f'The relay may not use folder "{folder}": {reason}. Nothing was created.'
+    # A session that has such a folder (stored before this rule) runs no task there.
+    with database.connection_context():
+        Session.update(cwd=str(temp)).where(Session.id == desk.session_id).execute()
+    ping = "python -c " + shlex.quote(f"import socket; socket.socket(socket.AF_UNIX).connect({str(sockets / 'redis.socket')!r})")
+    status, body = desk.request("POST", "/api/v1/tasks", {"command": ping})
+    assert status == 400 and body["error"] == (
+        f"The session's folder {temp} holds {temp}, where the machine's services keep their sockets "
+        "(the relay's Redis among them). Nothing was run."
+    ), body
     with database.connection_context():
         assert Task.select().count() == 0
 

@@ -6,8 +6,9 @@ asks the owner's approval card (remembered), and `transfer_subscriptions` always
 
 from __future__ import annotations
 
-import re
 from typing import Any
+
+import regex
 
 from oar.actions.context import CallContext
 from oar.actions.registry import action
@@ -77,10 +78,10 @@ def subscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     elif "heartbeat" in events and not args.get("heartbeat_minutes"):
         raise invalid(f"heartbeat needs heartbeat_minutes (5 to 1,440): how often it comes. {SUBSCRIBED_NOTHING}")
     match = args.get("match")
-    if match and len(match) > 2 and match.startswith("/") and match.endswith("/"):
+    if match and subscription_rules.is_regex(match):
         try:
-            re.compile(match[1:-1])
-        except re.error as error:
+            subscription_rules.compiled(match)
+        except regex.error as error:
             raise invalid(f"match {match[:80]} is not a valid regular expression ({error}). {SUBSCRIBED_NOTHING}") from None
     try:
         quiet = parse(args["quiet_hours"]) if "quiet_hours" in args else None

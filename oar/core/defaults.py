@@ -200,6 +200,10 @@ DELIVERY_LOCK_SECONDS = 30
 INGEST_PAUSE_SECONDS = 0.02
 # Ended subscriptions stay in list_subscriptions this long.
 SUBSCRIPTION_ENDED_LISTED_SECONDS = 3600
+# The longest one subscription's /regex/ `match` may run on one event's line: a pattern that
+# backtracks longer (`/(a+)+b/` on a line of a's) counts as not matching, rather than holding up
+# the matching of every subscription's events for as long as it runs.
+SUBSCRIPTION_MATCH_SECONDS = 0.1
 # Pruning what the delivery engine no longer needs (docs/limits.md#retention): the clock
 # prunes this often, PRUNE_BATCH rows per write transaction (tens of milliseconds) with
 # PRUNE_PAUSE_SECONDS between them. Held rows stay HELD_KEEP_SECONDS after their

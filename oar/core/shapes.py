@@ -20,5 +20,5 @@ MODEL = Param("str", max_length=200, description="a model id from relay_info's p
 EFFORT = Param("str", max_length=32, description="a reasoning effort from the provider's efforts in relay_info")
 PROVIDER = Param("str", max_length=64, description="a provider name from relay_info")
 TITLE = Param("str", max_length=200, one_line=True, description="a short title shown in lists and on the page")
-GROUP = Param("str", max_length=200, description='a group id or name; "none" leaves the group')
+GROUP = Param("str", max_length=200, one_line=True, description='a group id or name; "none" leaves the group')
 CWD = Param("str", max_length=4096, description="the working folder, under one the owner allows")

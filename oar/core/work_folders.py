@@ -15,7 +15,10 @@ The rules, for a resolved absolute path:
   and no one naming a folder, may use it;
 - anything else must lie under an allowed root; a root inside another root or inside the
   data directory (`work/` aside) is not used, as a task could replace it by a link and so move
-  the root itself anywhere.
+  the root itself anywhere;
+- no folder is or holds a place where the machine's services keep their unix sockets — the
+  temporary folder (the embedded Redis's socket, other relays' too), `/run`, the folder of a
+  unix socket in `REDIS_URL` — since a sandbox shares no network but reaches a socket it sees.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import errno
 import os
 import re
 import stat
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -46,6 +50,9 @@ OUTSIDE = "is outside the owner's allowed_roots"
 WORK_ROOT = "holds every session's own folder"
 ANOTHERS_FOLDER = "is a session's own folder, which only that session uses"
 DATA_DIR = "is in the relay's data directory"
+SOCKETS = "holds {place}, where the machine's services keep their sockets (the relay's Redis among them)"
+# Folders where services keep their unix sockets on most systems, besides the temporary folder.
+RUNTIME_FOLDERS = ("/run", "/var/run")
 
 
 class FolderRefused(Exception):
@@ -60,19 +67,33 @@ class FolderRefused(Exception):
 
 @dataclass(frozen=True)
 class RelayPlaces:
-    """The relay's own folders, resolved: its data directory and the `work/` folder in it."""
+    """The relay's own folders, resolved: its data directory and the `work/` folder in it; and
+    the folders where sockets live (`SOCKETS`), which no session's folder may be or hold."""
 
     data_dir: str
     work: str
+    socket_folders: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, config: Config) -> RelayPlaces:
         data_dir = os.path.realpath(config.data_dir)
-        return cls(data_dir=data_dir, work=os.path.join(data_dir, "work"))
+        return cls(data_dir=data_dir, work=os.path.join(data_dir, "work"), socket_folders=socket_folders(config))
 
     def own_folder(self, session_id: str) -> str:
         """Where a session that was given no folder works."""
         return os.path.join(self.work, session_id)
+
+
+def socket_folders(config: Config) -> tuple[str, ...]:
+    """Where unix sockets of the machine's services are, resolved: the temporary folder (the
+    embedded launcher makes its Redis's folder there, as every relay on the machine does), the
+    runtime folders, and the folder of the Redis socket the relay was given, if it is one."""
+    folders = [tempfile.gettempdir(), *RUNTIME_FOLDERS]
+    redis_url = config.redis_url or ""
+    if redis_url.startswith("unix://"):
+        folders.append(os.path.dirname(redis_url.removeprefix("unix://").split("?", 1)[0]))
+    resolved = (os.path.realpath(folder) for folder in folders if os.path.isabs(folder))
+    return tuple(dict.fromkeys(folder for folder in resolved if folder != "/"))
 
 
 def within(path: str, root: str) -> bool:
@@ -103,6 +124,10 @@ def refusal(folder: str, roots: Sequence[str], places: RelayPlaces | None, *, se
         return None
     if not any(within(folder, root) for root in usable_roots(roots, places)):
         return FolderRefused(OUTSIDE, outside=True)
+    if places is not None:
+        held = next((place for place in places.socket_folders if within(place, folder)), None)
+        if held is not None:
+            return FolderRefused(SOCKETS.format(place=held))
     if places is None or not within(folder, places.data_dir):
         return None
     if folder == places.work:

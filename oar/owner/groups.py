@@ -13,8 +13,10 @@ from oar.sessions import groups
 
 CHANGED_NOTHING = "Nothing was changed."
 
-NEW_GROUP = {"name": Param("str", required=True, max_length=200)}
-GROUP_CHANGES = {"name": Param("str", max_length=200), "position": Param("int", minimum=0, maximum=1_000_000)}
+# A group's name is shown inside lines (cards, refusals listing the groups), as a title is: one line.
+NEW_GROUP = {"name": Param("str", required=True, max_length=200, one_line=True)}
+GROUP_CHANGES = {"name": Param("str", max_length=200, one_line=True),
+                 "position": Param("int", minimum=0, maximum=1_000_000)}
 
 
 def group_view(group: Group) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from oar.core.runtime import Runtime
 from oar.federation import pairing, peers
 from oar.federation.models import PairingToken, Peer
 
-NEW_PAIRING_TOKEN = {"label": Param("str", max_length=200, description="a note on who the token is for")}
+NEW_PAIRING_TOKEN = {"label": Param("str", max_length=200, one_line=True, description="a note on who the token is for")}
 NEW_RELAY = {
     "url": Param("str", required=True, max_length=2000, description="the other relay's address (https://…)"),
     "token": Param("str", required=True, max_length=peers.MAX_TOKEN_CHARS, description="the pairing token its owner created"),

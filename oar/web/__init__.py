@@ -46,7 +46,16 @@ class RelayJSONProvider(DefaultJSONProvider):
             compact = _orjson_dumps(obj, self.default)
             if compact is not None:
                 return compact.decode()
-        return super().dumps(obj, **kwargs)
+        return self._standard_dumps(obj, **kwargs)
+
+    def _standard_dumps(self, obj: Any, **kwargs: Any) -> str:
+        """The standard library's text. A refusal may quote what the request sent, and a lone
+        surrogate there (`\\ud800`, which JSON may carry but UTF-8 cannot) is then written as
+        its JSON escape, as ASCII-only text writes it, so that the answer can be sent at all."""
+        text = super().dumps(obj, **kwargs)
+        if _encodable(text):
+            return text
+        return super().dumps(obj, **{**kwargs, "ensure_ascii": True})
 
     def response(self, *args: Any, **kwargs: Any) -> SansIOResponse:
         """`jsonify`: Flask's, with orjson's bytes kept as bytes (not decoded to be encoded again)."""
@@ -54,7 +63,7 @@ class RelayJSONProvider(DefaultJSONProvider):
             return super().response(*args, **kwargs)
         obj = self._prepare_response_obj(args, kwargs)
         compact = _orjson_dumps(obj, self.default)
-        body = compact + b"\n" if compact is not None else f"{super().dumps(obj, **COMPACT)}\n"
+        body = compact + b"\n" if compact is not None else f"{self._standard_dumps(obj, **COMPACT)}\n"
         # Typed as werkzeug's sans-IO response, whose first argument is the status; Flask's takes the body.
         return self._app.response_class(body, mimetype=self.mimetype)  # type: ignore[arg-type]
 
@@ -69,6 +78,15 @@ class RelayJSONProvider(DefaultJSONProvider):
             except orjson.JSONDecodeError:
                 pass
         return super().loads(s, **kwargs)
+
+
+def _encodable(text: str) -> bool:
+    """Whether `text` can be sent as UTF-8 (it holds no lone surrogate)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _has_long_digits(text: str | bytes) -> bool:

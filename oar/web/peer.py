@@ -15,6 +15,7 @@ from peewee import fn
 from oar import __version__
 from oar.actions.context import CallContext, Caller
 from oar.actions.dispatch import dispatch
+from oar.actions.peer_target import THIS_RELAY_ONLY
 from oar.core import tracing
 from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid
@@ -86,12 +87,8 @@ def call() -> ResponseReturnValue:
         )
     payload = json_body()
     action = payload.get("action") if isinstance(payload, dict) else None
-    if isinstance(action, str) and action.strip() in NOT_ACROSS_RELAYS:
-        refused = ActionError(
-            "REMOTE_RELAY_UNSUPPORTED",
-            f'Relay "{runtime().relay_name()}" (version {__version__}) does not take '
-            f"{NOT_ACROSS_RELAYS[action.strip()]} yet. Nothing was done.",
-        )
+    refused = not_across_relays(action.strip()) if isinstance(action, str) else None
+    if refused is not None:
         return jsonify(refused.to_dict()), refused.status
     pairing.note_use(token, origin.relay)
     stand_in = callers.stand_in(token, origin)
@@ -107,6 +104,27 @@ def call() -> ResponseReturnValue:
     with watched_by(connection_watch(request.environ)):
         status, answer = dispatch(ctx, payload)
     return jsonify(answer), status
+
+
+def not_across_relays(action: str) -> ActionError | None:
+    """The refusal of an action another relay's agent may not call here, or None.
+
+    The calling relay refuses these itself (oar/actions/peer_target.py), but a pairing token's
+    holder need not be that relay: schedules are checked here too, or a holder could schedule
+    prompts into this relay's conversations with no prompt from it ever refused (docs/relays.md#schedules)."""
+    if action in THIS_RELAY_ONLY:
+        return ActionError(
+            "REMOTE_RELAY_UNSUPPORTED",
+            f'Schedules exist only on the relay the agent runs on: relay "{runtime().relay_name()}" takes no '
+            f"{action} from another relay's agent. Nothing was done.",
+        )
+    if action in NOT_ACROSS_RELAYS:
+        return ActionError(
+            "REMOTE_RELAY_UNSUPPORTED",
+            f'Relay "{runtime().relay_name()}" (version {__version__}) does not take '
+            f"{NOT_ACROSS_RELAYS[action]} yet. Nothing was done.",
+        )
+    return None
 
 
 @blueprint.get("/holds")
