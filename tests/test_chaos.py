@@ -89,7 +89,8 @@ def test_nothing_is_lost_or_doubled_while_every_process_is_killed_at_random_and_
     seed = int(os.environ.get("OAR_CHAOS_SEED") or random.SystemRandom().randrange(10**9))
     print(f"\nchaos seed {seed} (replay: OAR_CHAOS_SEED={seed}); {ACTIONS} actions")
     rng = random.Random(seed)
-    owner.settings(allow_shell_tasks=True)
+    # Tasks a killed worker left running count until the stale sweep: caps high enough not to refuse what this tests.
+    owner.settings(allow_shell_tasks=True, max_running_tasks_per_session=100, max_running_tasks=200)
     # Desks start their sessions behind the owner's first-use card (allowed by the owner thread);
     # watchers get theirs ahead, as an owner may grant at the page.
     desks = [owner.conversation(f"desk {n}", approvals=()) for n in range(4)]

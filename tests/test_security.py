@@ -45,7 +45,7 @@ from tests.support.relays import Relay, RelayStack
 # POSTs, whose credential is the link's token (tests/test_decision_links.py).
 PUBLIC = {
     ("GET", "/"), ("POST", "/"), ("GET", "/healthz"), ("GET", "/api/v1/openapi.json"), ("GET", "/static/<path:filename>"),
-    ("GET", "/service-worker.js"), ("GET", "/decide/<token>"), ("POST", "/decide"), ("POST", "/api/v1/decide"),
+    ("GET", "/service-worker.js"), ("GET", "/decide/<token>"), ("POST", "/decide"), ("POST", "/api/v1/decide"), ("GET", "/favicon.ico"),
 }
 # Routes of the agents' side that carry no Operation (MCP speaks JSON-RPC, not the documented API):
 # `/mcp` and the tool sets beside it at `/mcp/<name>`.

@@ -64,6 +64,10 @@ def _run(tools: ToolSet, rt: Runtime, caller: Session, call: ToolCall, version: 
     try:
         body = _call(tools, rt, caller, call, task_id)
         if store.cancel_requested(task_id):
+            # A cancel that came before the call noted its prompt could not stop it: it is stopped here.
+            written = McpTask.get_by_id(task_id).message_id
+            if written:
+                turns.stop_prompt(rt, written)
             store.finish(rt, task_id, McpTaskStatus.CANCELLED, utcnow(), message="Cancelled by the client (tasks/cancel).")
         else:
             result = mcp_wire.tool_result(body, version, failed=tools.failed(body))
