@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from oar.background import output_files, sandbox, task_caps
+from oar.background import output_files, output_store, sandbox, task_caps
 from oar.core import events, jobs, keys, work_folders
 from oar.core.db import release_connection, write_transaction
 from oar.core.errors import ActionError, invalid, not_found
@@ -219,7 +219,13 @@ def find(session: Session, task_id: str, relay_name: str, nothing: str = "") -> 
 
 
 def finish(runtime: Runtime, task_id: str, status: TaskStatus, exit_code: int | None, error: str | None) -> str:
-    """Record a task's end and its events; wakes waiters on the turn that started it."""
+    """Record a task's end and its events; wakes waiters on the turn that started it. Where the
+    output is kept in the database, what this machine has of it is stored first, so that whoever
+    sees the end reads the whole tail."""
+    if output_store.in_database():
+        running = Task.get_or_none((Task.id == task_id) & (Task.status == TaskStatus.RUNNING))
+        if running is not None:
+            output_store.mirror(runtime, running)
     now = utcnow()
     with write_transaction():
         ended = (
