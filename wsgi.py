@@ -1,5 +1,13 @@
 """`gunicorn wsgi:app` (settings in gunicorn.conf.py, read by default)."""
 
+from gunicorn.errors import AppImportError
+
+from oar.owner.bootstrap import NewerSchema
 from oar.web import create_app
 
-app = create_app()
+try:
+    app = create_app()
+except NewerSchema as newer:
+    # gunicorn prints this sentence alone (no traceback) and stops with status 4: a node older
+    # than the database does not serve (docs/operations.md#upgrading).
+    raise AppImportError(str(newer)) from None

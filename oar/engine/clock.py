@@ -24,6 +24,7 @@ from oar.federation import events as peer_events
 from oar.mcp_tasks import store as mcp_task_store
 from oar.notifications import sweep as notifications
 from oar.openclaw import runs as openclaw_runs
+from oar.owner.bootstrap import refuse_newer_schema
 from oar.schedules.schedules import fire_due
 from oar.watching.pruning import prune_if_due
 from oar.watching.sweep import sweep
@@ -100,6 +101,7 @@ def main() -> None:
         lifeline.watch_parent(launcher)
     config = from_environment()
     open_database(config)
+    refuse_newer_schema()  # raises NewerSchema: a node older than the database fires nothing
     runtime = Runtime(config)
     stopping = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -28,7 +28,9 @@ from rq.worker_pool import WorkerPool
 
 from oar.core import jobs, lifeline
 from oar.core.config import from_environment
+from oar.core.db import open_database
 from oar.core.runtime import Runtime
+from oar.owner.bootstrap import refuse_newer_schema
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +95,8 @@ def main(processes: int | None = None) -> None:
     if launcher is not None:
         lifeline.watch_parent(launcher)
     config = from_environment()
+    open_database(config)
+    refuse_newer_schema()  # raises NewerSchema: a node older than the database runs no job
     runtime = Runtime(config)
     ThreadedWorker.threads = config.worker_threads
     ThreadedWorker.pool_pid = os.getpid()
