@@ -112,6 +112,11 @@ STOP_POLL_SECONDS = 1.0
 # (Redis restarted); wake-ups themselves arrive by signal within milliseconds.
 WAIT_RECHECK_SECONDS = 5
 
+# Readiness (docs/operations.md#health-check): every worker process and clock says it is there
+# this often, and /readyz counts one that said so within ALIVE_STALE_SECONDS.
+ALIVE_SECONDS = 5
+ALIVE_STALE_SECONDS = 20
+
 # Ids and tokens.
 SESSION_ID_BYTES = 8  # 64 bits, hex: shown shortened to 8 characters
 TOKEN_BYTES = 32  # 256 bits

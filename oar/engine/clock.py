@@ -15,6 +15,7 @@ import threading
 from oar.core import lifeline
 from oar.core.config import from_environment
 from oar.core.db import checkpoint, database, is_sqlite, open_database, wal_state
+from oar.core.presence import CLOCK, Beacon
 from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
 from oar.engine.due_timer import DueTimer
@@ -108,13 +109,19 @@ def main() -> None:
         signal.signal(signum, lambda *_: stopping.set())
     period = runtime.time("RECONCILE_SECONDS")
     log.info("clock started: reconciling every %s s", period)
+    # Says the clock is there, for readiness (docs/operations.md#health-check).
+    beacon = Beacon(runtime.redis, config.namespace, CLOCK, runtime.time("ALIVE_SECONDS"), runtime.time("ALIVE_STALE_SECONDS"))
+    beacon.start()
     DueTimer(runtime, stopping).start()
     threading.Thread(target=peer_events_loop, args=(runtime, stopping), name="peer-events", daemon=True).start()
     if is_sqlite():
         threading.Thread(target=checkpoint_loop, args=(runtime, stopping), name="checkpoints", daemon=True).start()
-    while not stopping.is_set():
-        try:
-            tick(runtime)
-        except Exception:
-            log.exception("reconciler run failed; trying again in %s s", period)
-        stopping.wait(period)
+    try:
+        while not stopping.is_set():
+            try:
+                tick(runtime)
+            except Exception:
+                log.exception("reconciler run failed; trying again in %s s", period)
+            stopping.wait(period)
+    finally:
+        beacon.stop()

@@ -121,7 +121,7 @@ def create_app(config: Config | None = None) -> Flask:
     @app.before_request
     def connect() -> None:
         # The health check connects itself: a database that is down is what it reports.
-        if request.endpoint != "health.healthz":
+        if request.endpoint not in ("health.healthz", "health.readyz"):
             database.connect(reuse_if_open=True)
 
     @app.url_value_preprocessor
