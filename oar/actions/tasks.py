@@ -84,6 +84,9 @@ def read_task_output(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
 
 def _tail(runtime: Runtime, task: Task, lines: int, result: dict[str, Any]) -> task_output.Tail | None:
     """The console lines of the output, or of the kept tail; sets `note` when partial."""
+    if task.command is not None and task.status == TaskStatus.RUNNING and task.heartbeat_at is None:
+        result["note"] = NOTE_STARTING  # no worker took it yet: it has no output file
+        return None
     if task.output_path and output_store.in_database():
         return _stored_tail(task, lines, result)
     if task.output_path:
@@ -93,9 +96,7 @@ def _tail(runtime: Runtime, task: Task, lines: int, result: dict[str, Any]) -> t
             result["note"] = NOTE_REFUSED
             return None
         except FileNotFoundError:
-            if task.status == TaskStatus.RUNNING and task.heartbeat_at is None:
-                result["note"] = NOTE_STARTING
-                return None
+            pass
     return _kept_tail(task, lines, result)
 
 
@@ -105,9 +106,6 @@ def _stored_tail(task: Task, lines: int, result: dict[str, Any]) -> task_output.
         result["note"] = NOTE_REFUSED
         return None
     window = task_output.window_of(output_store.pieces_from_the_end(task.id), lines)
-    if window.size == 0 and task.status == TaskStatus.RUNNING and task.heartbeat_at is None and task.command is not None:
-        result["note"] = NOTE_STARTING
-        return None
     if window.size == 0 and task.output_tail is not None:
         return _kept_tail(task, lines, result)
     return task_output.render(window, lines)

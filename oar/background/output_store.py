@@ -44,9 +44,9 @@ def in_database() -> bool:
 
 def mirror(runtime: Runtime, task: Task) -> None:
     """Copy what the task's output file on this machine holds beyond what is stored. Nothing
-    when this machine has no such file (the task runs elsewhere, or its file is gone); a file
-    the relay may not read (docs/tasks.md#agent-output-files) is marked refused, not copied."""
-    if task.output_path is None:
+    when the file is another machine's (the task ran on another node) or gone; a file the relay
+    may not read (docs/tasks.md#agent-output-files) is marked refused, not copied."""
+    if not output_files.kept_here(runtime, task):
         return
     try:
         handle = output_files.open_output(runtime, task)

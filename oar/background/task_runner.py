@@ -1,6 +1,6 @@
 """Running a background task's subprocess, inside an RQ worker (`workers.tasks.run_task`).
 
-The subprocess writes straight into `<data dir>/tasks/<id>.log`; its exit code is recorded,
+The subprocess writes straight into `<data dir>/tasks/<id>.log` of the worker's machine; its exit code is recorded,
 and while it runs the job writes a heartbeat so that the reconciler can fail a task whose
 worker died (and end its process). On PostgreSQL the job also copies the file's new end into
 the database every `TASK_OUTPUT_COPY_SECONDS`, and once more as the task ends
@@ -34,7 +34,7 @@ from typing import Any, BinaryIO
 
 import redis
 
-from oar.background import output_store, sandbox, tasks
+from oar.background import output_files, output_store, sandbox, tasks
 from oar.background.task_views import output_file_time
 from oar.core import events, keys, work_folders
 from oar.core.config import environment_for_children
@@ -46,11 +46,13 @@ from oar.core.statuses import TaskStatus
 from oar.core.timeutil import utcnow
 
 
-def claim(task_id: str) -> Task | None:
-    """Take the task for this worker (a conditional UPDATE: one worker wins)."""
+def claim(task_id: str, output_path: str | None = None) -> Task | None:
+    """Take the task for this worker (a conditional UPDATE: one worker wins). Its output goes to
+    `output_path`, a file on this machine: the worker that runs a task names it, not the node
+    that started it (docs/operations.md#several-nodes)."""
     with write_transaction():
         claimed = (
-            Task.update(heartbeat_at=utcnow(), host=socket.gethostname())
+            Task.update(heartbeat_at=utcnow(), host=socket.gethostname(), output_path=output_path)
             .where(
                 (Task.id == task_id) & (Task.status == TaskStatus.RUNNING) & Task.heartbeat_at.is_null()
                 & Task.command.is_null(False)  # an agent's own task is never run here
@@ -72,7 +74,7 @@ def run(runtime: Runtime, task_id: str) -> str | None:
     # Checked again here: the worker's machine is the one that runs the command. Before the
     # claim, whose heartbeat the reconciler ages from: a worker's first probe starts a sandbox.
     reason = sandbox.unavailable(runtime.config) if sandboxed else None
-    task = claim(task_id)
+    task = claim(task_id, str(output_files.relay_folder(runtime).resolve() / f"{task_id}.log"))
     if task is None:
         return None
     if task.command is None or task.output_path is None:

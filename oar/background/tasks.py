@@ -19,7 +19,6 @@ import secrets
 import shlex
 import socket
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from oar.background import output_files, output_store, sandbox, task_caps
@@ -66,10 +65,6 @@ REPORTED_STATUSES = {
 
 def new_id() -> str:
     return "".join(secrets.choice(_ID_ALPHABET) for _ in range(8))
-
-
-def output_dir(runtime: Runtime) -> Path:
-    return output_files.relay_folder(runtime)
 
 
 def start(
@@ -124,8 +119,7 @@ def start(
             shell=use_shell,
             cwd=cwd,
             status=TaskStatus.RUNNING,
-            output_path=str((output_dir(runtime) / f"{task_id}.log").resolve()),
-            started_by_turn=turn_id,
+            started_by_turn=turn_id,  # its output file is named by the worker that claims it
             created_at=now,
             started_at=now,
             last_output_at=now,
