@@ -8,7 +8,10 @@ PostgreSQL only: SQLite is one machine's file, so a relay on SQLite has one node
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -188,6 +191,73 @@ def test_two_delivery_engines_deliver_each_event_once(nodes: dict[str, RelayStac
     assert sorted(turn_ends()) == sorted(
         f'[relay event] session "watched" ({target.session_id[:4]}…): turn_end (done) "echo: turn {n}"' for n in range(4)
     )
+
+
+@pytest.fixture(scope="module")
+def balancer(nodes: dict[str, RelayStack], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """nginx with docs/operations.md's configuration in front of both nodes (on loopback, without
+    TLS); skipped where nginx is not installed."""
+    binary = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.path.exists(p)), None)
+    if binary is None:
+        pytest.skip("nginx is not installed")
+    block = re.search(r"```nginx\n(upstream oar_relay.*?)```", (PROJECT / "docs" / "operations.md").read_text(), re.S)
+    assert block, "docs/operations.md has no nginx configuration for several nodes"
+    folder, port = tmp_path_factory.mktemp("nginx"), free_port()
+    servers = "".join(f"    server 127.0.0.1:{stack.config.port};\n" for stack in nodes.values())
+    configuration = re.sub(r"(    server 10\.0\.0\.\d+:8080[^\n]*\n)+", servers, block[1]).replace(
+        "listen 443 ssl;", f"listen 127.0.0.1:{port};")
+    (folder / "nginx.conf").write_text(
+        f"daemon off; pid {folder}/nginx.pid; error_log {folder}/error.log;\nevents {{}}\n"
+        f"http {{ access_log off; client_body_temp_path {folder}/body; proxy_temp_path {folder}/proxy;\n"
+        f"{configuration}}}\n"
+    )
+    checked = subprocess.run([binary, "-t", "-c", str(folder / "nginx.conf")], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
+    server = subprocess.Popen([binary, "-c", str(folder / "nginx.conf")], stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        poll("nginx to answer", lambda: _answers(url))
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(f"{url}/healthz", timeout=5).status_code == 200
+    except requests.ConnectionError:
+        return False
+
+
+def test_behind_the_documented_nginx_an_mcp_event_stream_arrives_as_it_is_written(
+    nodes: dict[str, RelayStack], balancer: str,
+) -> None:
+    """docs/operations.md's nginx configuration: a call that waits streams its progress through
+    the balancer while the turn it waits on still runs (not held back until the end)."""
+    owner = Owner(balancer, nodes["north"].config.owner_token or "")
+    desk = owner.conversation("behind nginx")
+    target = owner.conversation("slow target").session_id
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "relay_tool", "_meta": {"progressToken": "p1"},
+        "arguments": {"action": "send", "relay": "this", "session": target, "text": "!sleep 5\nthrough nginx",
+                      "wait_seconds": 60}}}
+    headers = {"Authorization": f"Bearer {desk.token}", "Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": "2025-06-18"}
+    kinds, last = [], {}
+    with requests.post(f"{balancer}/mcp", json=call, headers=headers, stream=True, timeout=120) as answer:
+        assert answer.status_code == 200 and answer.headers["Content-Type"].startswith("text/event-stream")
+        for line in answer.iter_lines():
+            if not line.startswith(b"data:"):
+                continue
+            last = json.loads(line[5:])
+            kinds.append(last.get("method", "result"))
+            if kinds == ["notifications/progress"]:
+                # The first progress came while the turn still runs: nothing buffered it.
+                [turn] = [m for m in messages_of(owner, target) if m["role"] == "user"]
+                assert turn["status"] in ("queued", "running"), turn
+    assert kinds[0] == "notifications/progress" and kinds[-1] == "result", kinds
+    assert "echo: through nginx" in json.dumps(last["result"]), last
 
 
 def test_a_node_that_dies_loses_nothing_the_other_needs(nodes: dict[str, RelayStack]) -> None:
