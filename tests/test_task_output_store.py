@@ -5,11 +5,12 @@ pieces only, whatever the output's size. On the suite's database (SQLite or Post
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from oar.background import output_store
+from oar.background import output_files, output_store, task_recovery
 from oar.background.task_output import BLOCK_BYTES, WINDOW_MAX_BYTES, read_window, render, window_of
 from oar.core.db import database, write_transaction
 from oar.core.models import Task, TaskOutputChunk
@@ -103,3 +104,21 @@ def test_forgetting_removes_the_stored_output(task_id: str, tmp_path: Path) -> N
         output_store.forget([task_id])
         assert not output_store.has_output(task_id)
         assert stored_window(task_id, 50).size == 0
+
+
+def test_each_machines_clock_removes_its_own_files_once_their_output_has_expired(relay: Relay, desk: Agent) -> None:
+    """On PostgreSQL the clock that expires a task's output may run on another machine than the
+    file: each machine removes its own files of tasks no longer readable, or no longer known."""
+    folder = output_files.relay_folder(relay.runtime)
+    folder.mkdir(parents=True, exist_ok=True)
+    now = utcnow()
+    with database.connection_context():
+        for task_id, status, ended_at in (("trunning", "running", None), ("trecent1", "completed", now - timedelta(minutes=5)),
+                                          ("texpired", "completed", now - timedelta(hours=2))):
+            Task.create(id=task_id, session=desk.session_id, description="x", command="true", status=status,
+                        started_at=now - timedelta(hours=3), ended_at=ended_at, output_path=str(folder / f"{task_id}.log"))
+            (folder / f"{task_id}.log").write_text("output\n")
+        (folder / "tunknown.log").write_text("a task deleted with its session\n")
+        assert task_recovery.remove_expired_local_files(relay.runtime, now - timedelta(hours=1)) >= 2
+    kept = {name: (folder / f"{name}.log").exists() for name in ("trunning", "trecent1", "texpired", "tunknown")}
+    assert kept == {"trunning": True, "trecent1": True, "texpired": False, "tunknown": False}
