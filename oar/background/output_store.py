@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import BinaryIO
 
 from oar.background import output_files
@@ -87,14 +88,18 @@ def copy_new_bytes(task_id: str, handle: BinaryIO) -> bool:
         TaskOutputChunk.delete().where(TaskOutputChunk.task == task_id).execute()
         last = None
     handle.seek(start)
-    append(task_id, start, handle.read(size - start), last)
+    written_at = datetime.fromtimestamp(os.fstat(handle.fileno()).st_mtime, UTC).replace(tzinfo=None)
+    append(task_id, start, handle.read(size - start), last, written_at)
     return True
 
 
-def append(task_id: str, start: int, data: bytes, last: TaskOutputChunk | None = None) -> None:
+def append(
+    task_id: str, start: int, data: bytes, last: TaskOutputChunk | None = None, written_at: datetime | None = None,
+) -> None:
     """Store `data` as the output's bytes from `start` on (inside a write transaction): the last
     piece filled up to `BLOCK_BYTES` (`last`, when it ends at `start`), then new pieces; pieces
-    no tail read reaches any more are removed."""
+    no tail read reaches any more are removed. The task's last output time becomes `written_at`
+    (the file's), else now."""
     if last is not None and len(last.data) < BLOCK_BYTES:
         room = BLOCK_BYTES - len(last.data)
         TaskOutputChunk.update(data=bytes(last.data) + data[:room]).where(TaskOutputChunk.id == last.id).execute()
@@ -110,7 +115,7 @@ def append(task_id: str, start: int, data: bytes, last: TaskOutputChunk | None =
     TaskOutputChunk.delete().where(
         (TaskOutputChunk.task == task_id) & (TaskOutputChunk.start + BLOCK_BYTES <= end - WINDOW_MAX_BYTES)
     ).execute()
-    Task.update(last_output_at=utcnow(), stall_reported=False).where(Task.id == task_id).execute()
+    Task.update(last_output_at=written_at or utcnow(), stall_reported=False).where(Task.id == task_id).execute()
 
 
 def _stored_end(task_id: str) -> tuple[int, TaskOutputChunk | None]:

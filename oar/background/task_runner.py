@@ -169,8 +169,9 @@ def _watch(runtime: Runtime, task: Task, process: subprocess.Popen[bytes], deadl
     pubsub = _subscribe(runtime, channel)
     heartbeat_every = runtime.time("TASK_HEARTBEAT_SECONDS")
     poll_every = runtime.time("STOP_POLL_SECONDS")
-    # Where the output is kept in the database, it is copied there this often (docs/tasks.md#where-the-output-is-kept).
-    copy_every = runtime.time("TASK_OUTPUT_COPY_SECONDS") if output_store.in_database() else math.inf
+    # Where the output is kept in the database, it is copied there this often, and at least as often
+    # as the heartbeat: the copy writes the last output time (docs/tasks.md#where-the-output-is-kept).
+    copy_every = min(runtime.time("TASK_OUTPUT_COPY_SECONDS"), heartbeat_every) if output_store.in_database() else math.inf
     next_heartbeat = time.monotonic() + heartbeat_every
     next_copy = time.monotonic() + copy_every
     try:
@@ -205,11 +206,13 @@ def _end(runtime: Runtime, process: subprocess.Popen[bytes], exited: threading.E
 
 
 def _beat(runtime: Runtime, task: Task) -> None:
-    """Heartbeat; the last output time from the file; a `stalled` event once per quiet spell."""
+    """Heartbeat; the last output time from the file; a `stalled` event once per quiet spell.
+    Where output is copied into the database, each copy that brings new bytes writes the last
+    output time instead (`output_store.append`): a file just created has written nothing."""
     now = utcnow()
     values: dict[str, Any] = {"heartbeat_at": now}
     last_output = task.last_output_at or task.started_at
-    file_time = output_file_time(task)
+    file_time = last_output if output_store.in_database() else output_file_time(task)
     if file_time > last_output:
         last_output = file_time
         values.update(last_output_at=file_time, stall_reported=False)
