@@ -35,7 +35,7 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "part", nargs="?", choices=("all", "schedules"), default="all",
         help="what to measure: everything (default), or only schedule firing accuracy; "
-        "`python -m bench tasks [--gigabyte]`, `python -m bench providers`, `python -m bench delivery`, "
+        "`python -m bench tasks [--gigabyte] [--postgres URL]`, `python -m bench providers`, `python -m bench delivery`, "
         "`python -m bench idle`, `python -m bench footprint`, `python -m bench instructions`, `python -m bench caches`, "
         "`python -m bench outside`, `python -m bench decisions` and `python -m bench watching` run one part alone",
     )

@@ -160,6 +160,10 @@ def test_an_agent_task_runs_while_its_turn_runs_and_its_record_ends_with_a_stop(
     session = created["session"]
     task = poll("the agent's task", lambda: (desk.ok("read_session", relay="this", session=session)["tasks"] or [None])[0])
     assert task["status"] == "running"
+    # Its output is read while the turn runs (on PostgreSQL, as the turn copies it into the
+    # database: docs/tasks.md#where-the-output-is-kept).
+    poll("the agent's task output", lambda: desk.ok(
+        "read_task_output", relay="this", session=session, task_id=task["taskId"])["tail"][-1:] == ["3 passed in 0.12s"])
     desk.ok("stop", relay="this", session=session)
     stopped = desk.ok("wait", relay="this", session=session, message_id=created["message_id"], wait_seconds=30)
     assert stopped["status"] == "stopped"

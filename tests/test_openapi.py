@@ -42,11 +42,11 @@ def test_it_is_served_without_a_token_and_validates_as_openapi_3_1(spec: dict[st
     validate(spec)
 
 
-def test_it_covers_every_route_under_api_v1_and_healthz(stack: RelayStack, spec: dict[str, Any]) -> None:
+def test_it_covers_every_route_under_api_v1_and_the_health_checks(stack: RelayStack, spec: dict[str, Any]) -> None:
     app = app_of(stack)
     routes = [
         (rule.rule, method) for rule in app.url_map.iter_rules()
-        if rule.rule.startswith("/api/v1/") or rule.rule == "/healthz"
+        if rule.rule.startswith("/api/v1/") or rule.rule in ("/healthz", "/readyz")
         for method in sorted((rule.methods or set()) & HTTP_METHODS)
     ]
     assert len(routes) > 30

@@ -40,12 +40,13 @@ from tests.support.clients import Agent, poll
 from tests.support.processes import PROJECT
 from tests.support.relays import Relay, RelayStack
 
-# Routes anyone may call: the sign-in page and its form, the health check, the API's document, static files
+# Routes anyone may call: the sign-in page and its form, the health checks, the API's document, static files
 # (the service worker is one, served at the root for its scope), and the decision links' page and
 # POSTs, whose credential is the link's token (tests/test_decision_links.py).
 PUBLIC = {
-    ("GET", "/"), ("POST", "/"), ("GET", "/healthz"), ("GET", "/api/v1/openapi.json"), ("GET", "/static/<path:filename>"),
-    ("GET", "/service-worker.js"), ("GET", "/decide/<token>"), ("POST", "/decide"), ("POST", "/api/v1/decide"), ("GET", "/favicon.ico"),
+    ("GET", "/"), ("POST", "/"), ("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/api/v1/openapi.json"),
+    ("GET", "/static/<path:filename>"), ("GET", "/service-worker.js"), ("GET", "/decide/<token>"), ("POST", "/decide"),
+    ("POST", "/api/v1/decide"), ("GET", "/favicon.ico"),
 }
 # Routes of the agents' side that carry no Operation (MCP speaks JSON-RPC, not the documented API):
 # `/mcp` and the tool sets beside it at `/mcp/<name>`.

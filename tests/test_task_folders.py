@@ -18,6 +18,7 @@ import pytest
 
 from oar.core.db import database
 from oar.core.models import Session, Task
+from oar.core.work_folders import RelayPlaces
 from tests.support.clients import Agent, poll
 from tests.support.relays import Relay, RelayStack, own_relay
 
@@ -252,6 +253,17 @@ def test_a_session_of_the_shared_work_folder_moves_to_its_own(relay: Relay, desk
     with database.connection_context():
         moved = Session.get_by_id(desk.session_id)
     assert (moved.cwd, moved.agent_session_id) == (str(work / desk.session_id), None)
+
+
+def test_a_sessions_own_folder_as_another_node_named_it_is_this_nodes() -> None:
+    """Each node keeps a session's own folder under its own data directory (docs/operations.md#several-nodes):
+    the path stored by the node that made the session is read as this node's; nothing else is."""
+    here = RelayPlaces(data_dir="/srv/south", work="/srv/south/work")
+    mine, other = "0123456789abcdef", "fedcba9876543210"
+    assert here.here(mine, f"/var/north/work/{mine}") == f"/srv/south/work/{mine}"
+    assert here.here(mine, f"/srv/south/work/{mine}") == f"/srv/south/work/{mine}"
+    assert here.here(mine, f"/var/north/work/{other}") == f"/var/north/work/{other}"  # another session's stays its own
+    assert here.here(mine, "/srv/projects/app") == "/srv/projects/app"
 
 
 @pytest.fixture

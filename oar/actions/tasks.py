@@ -6,7 +6,7 @@ from typing import Any
 
 from oar.actions.context import CallContext
 from oar.actions.registry import action
-from oar.background import output_files, task_output, task_views, tasks
+from oar.background import output_files, output_store, task_output, task_views, tasks
 from oar.core import defaults
 from oar.core.errors import not_found
 from oar.core.fields import Param
@@ -83,7 +83,12 @@ def read_task_output(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _tail(runtime: Runtime, task: Task, lines: int, result: dict[str, Any]) -> task_output.Tail | None:
-    """The console lines of the output file, or of the kept tail; sets `note` when partial."""
+    """The console lines of the output, or of the kept tail; sets `note` when partial."""
+    if task.command is not None and task.status == TaskStatus.RUNNING and task.heartbeat_at is None:
+        result["note"] = NOTE_STARTING  # no worker took it yet: it has no output file
+        return None
+    if task.output_path and output_store.in_database():
+        return _stored_tail(task, lines, result)
     if task.output_path:
         try:
             return task_output.render(task_output.read_window(output_files.open_output(runtime, task), lines), lines)
@@ -91,9 +96,22 @@ def _tail(runtime: Runtime, task: Task, lines: int, result: dict[str, Any]) -> t
             result["note"] = NOTE_REFUSED
             return None
         except FileNotFoundError:
-            if task.status == TaskStatus.RUNNING and task.heartbeat_at is None:
-                result["note"] = NOTE_STARTING
-                return None
+            pass
+    return _kept_tail(task, lines, result)
+
+
+def _stored_tail(task: Task, lines: int, result: dict[str, Any]) -> task_output.Tail | None:
+    """The output as the database keeps it, the same on every node (docs/tasks.md#where-the-output-is-kept)."""
+    if task.output_refused:
+        result["note"] = NOTE_REFUSED
+        return None
+    window = task_output.window_of(output_store.pieces_from_the_end(task.id), lines)
+    if window.size == 0 and task.output_tail is not None:
+        return _kept_tail(task, lines, result)
+    return task_output.render(window, lines)
+
+
+def _kept_tail(task: Task, lines: int, result: dict[str, Any]) -> task_output.Tail | None:
     if task.output_tail is not None:
         result["note"] = NOTE_TAIL_ONLY
         window = task_output.Window(text=task.output_tail, at_start=False, size=len(task.output_tail))

@@ -66,13 +66,23 @@ def accepted_agent_file(runtime: Runtime, session_id: str, path: str | None) -> 
     return None
 
 
+def kept_here(runtime: Runtime, task: Task) -> bool:
+    """Whether the task's output file is named in this machine's folder for it: on a relay of
+    several nodes, another node's file is that node's to read (docs/tasks.md#where-the-output-is-kept)."""
+    return task.output_path is not None and _inside(_root_of(runtime, task), os.path.normpath(task.output_path))
+
+
+def _root_of(runtime: Runtime, task: Task) -> Path:
+    root = relay_folder(runtime) if task.command is not None else agent_folder(runtime, task.session_id)
+    return Path(os.path.realpath(root))
+
+
 def open_output(runtime: Runtime, task: Task) -> BinaryIO:
     """The task's output file opened for reading; raises FileNotFoundError (OutputRefused when
     the file is not one the relay may read). `task.output_path` must be set."""
     if task.output_path is None:
         raise FileNotFoundError("the task has no output file")
-    root = relay_folder(runtime) if task.command is not None else agent_folder(runtime, task.session_id)
-    return open_inside(root, task.output_path)
+    return open_inside(_root_of(runtime, task), task.output_path)
 
 
 def open_inside(root: Path, path: str) -> BinaryIO:

@@ -2,6 +2,7 @@
 
 - `read_window` reads only the end of an output file, block by block from its end, so the
   cost of a tail does not grow with the file (a 1 GB output reads as fast as a 1 MB one);
+  `window_of` does the same with any blocks, such as the pieces kept in the database;
 - `render` turns that window into the console's lines: ANSI colours stripped, carriage-return
   progress redrawn, credentials masked (`masking.mask`), runs of identical lines folded into one ` [×N]`;
 - `detect_counts` finds test counts (pytest, unittest, vitest, jest, mocha, go test, cargo
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, BinaryIO
@@ -21,6 +23,7 @@ from typing import Any, BinaryIO
 from oar.background.masking import mask
 from oar.core.timeutil import iso
 
+# A file is read backwards in blocks of this size; the database keeps output in pieces of it.
 BLOCK_BYTES = 64 * 1024
 # The most a tail read looks at; whatever folds or masks inside it stays correct, and test
 # counts during a run are counted within it.
@@ -45,30 +48,51 @@ def read_window(source: str | os.PathLike[str] | BinaryIO, want_lines: int, max_
     were read. Raises FileNotFoundError."""
     handle = open(source, "rb") if isinstance(source, (str, os.PathLike)) else source  # noqa: SIM115 - closed below
     with handle:
-        size = handle.seek(0, os.SEEK_END)
-        start = size
-        chunks: list[bytes] = []
-        newlines = 0
-        while start > 0:
-            step = min(BLOCK_BYTES, start, max_bytes - (size - start))
-            if step <= 0:
-                break
-            start -= step
-            handle.seek(start)
-            chunk = handle.read(step)
-            chunks.append(chunk)
-            newlines += chunk.count(b"\n")
-            # Enough raw lines for the console lines asked for (+1: the first may be cut);
-            # identical lines fold, so check the folded count before stopping.
-            if newlines > want_lines + 1 and len(fold(_lines_of(b"".join(reversed(chunks))))) > want_lines + 1:
-                break
-        data = b"".join(reversed(chunks))
-    at_start = start == 0
+        return window_of(_file_blocks(handle, handle.seek(0, os.SEEK_END)), want_lines, max_bytes)
+
+
+def _file_blocks(handle: BinaryIO, size: int) -> Iterator[tuple[int, bytes]]:
+    start = size
+    while start > 0:
+        step = min(BLOCK_BYTES, start)
+        start -= step
+        handle.seek(start)
+        yield start, handle.read(step)
+
+
+def window_of(blocks: Iterable[tuple[int, bytes]], want_lines: int, max_bytes: int = WINDOW_MAX_BYTES) -> Window:
+    """The end of an output given as `(offset, bytes)` blocks from its end backwards (a file's,
+    or the pieces kept in the database, `oar.background.output_store`): blocks are taken until
+    `want_lines` console lines (after folding) exist or `max_bytes` were taken, so the cost
+    depends on the lines asked for, never on the output's size. Blocks that do not begin at
+    offset 0 mean earlier bytes exist (or existed), and the window says so."""
+    chunks: list[bytes] = []
+    size: int | None = None
+    begins = 0
+    taken = 0
+    newlines = 0
+    for start, block in blocks:
+        if size is None:
+            size = start + len(block)
+        room = max_bytes - taken
+        if room <= 0:
+            break
+        if len(block) > room:
+            start, block = start + len(block) - room, block[-room:]
+        chunks.append(block)
+        begins, taken = start, taken + len(block)
+        newlines += block.count(b"\n")
+        # Enough raw lines for the console lines asked for (+1: the first may be cut);
+        # identical lines fold, so check the folded count before stopping.
+        if newlines > want_lines + 1 and len(fold(_lines_of(b"".join(reversed(chunks))))) > want_lines + 1:
+            break
+    data = b"".join(reversed(chunks))
+    at_start = begins == 0
     if not at_start:
         # The first line may begin before the window: drop it rather than show half of it.
         cut = data.find(b"\n")
         data = data[cut + 1 :] if cut >= 0 else b""
-    return Window(text=data.decode("utf-8", errors="replace"), at_start=at_start, size=size)
+    return Window(text=data.decode("utf-8", errors="replace"), at_start=at_start, size=size or 0)
 
 
 def _lines_of(data: bytes) -> list[str]:

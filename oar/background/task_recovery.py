@@ -1,6 +1,8 @@
 """Recovering background tasks, run by the clock's reconciler (docs/operations.md#durability-and-recovery): a task whose worker
 died is failed (and its process ended), one no worker took is enqueued again, an agent's own
-task outlived by its turn ends, and output past the hour it stays readable is removed."""
+task outlived by its turn ends, and output past the hour it stays readable is removed (its file,
+its copy in the database, and on PostgreSQL the files this machine keeps of tasks whose output
+another machine's clock expired)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import signal
 import socket
 from datetime import datetime, timedelta
 
-from oar.background import tasks
+from oar.background import output_files, output_store, tasks
 from oar.background.task_runner import signal_group
 from oar.core import jobs, keys
 from oar.core.db import write_transaction
@@ -35,6 +37,8 @@ def reconcile(runtime: Runtime, now: datetime) -> dict[str, int]:
     for task in Task.select().where(
         (Task.status == TaskStatus.RUNNING) & (Task.heartbeat_at < stale_before) & Task.command.is_null(False)
     ):
+        if output_store.in_database():
+            output_store.mirror(runtime, task)  # what its worker wrote last, if it ran on this machine
         with write_transaction():
             failed = (
                 Task.update(status=TaskStatus.FAILED, error=ORPHANED_TEXT.format(seconds=int(stale_seconds)), ended_at=now)
@@ -71,6 +75,36 @@ def reconcile(runtime: Runtime, now: datetime) -> dict[str, int]:
         if task.command is not None and task.output_path is not None:  # an agent's own output file is the agent's to delete
             with contextlib.suppress(OSError):
                 os.unlink(task.output_path)
-        Task.update(output_path=None, output_tail=None).where(Task.id == task.id).execute()
+        with write_transaction():
+            output_store.forget([task.id])
+            Task.update(output_path=None, output_tail=None).where(Task.id == task.id).execute()
         outcome["expired"] += 1
+    if output_store.in_database():
+        outcome["expired"] += remove_expired_local_files(runtime, keep_before)
     return outcome
+
+
+def remove_expired_local_files(runtime: Runtime, keep_before: datetime) -> int:
+    """Where output is kept in the database, the files behind it lie on the machines that ran the
+    tasks, and the clock that expired a task's output may run on another: each machine's clock
+    removes its own files once their task's output is no longer readable (or the task is gone)."""
+    folder = output_files.relay_folder(runtime)
+    try:
+        names = [name for name in os.listdir(folder) if name.endswith(".log")]
+    except FileNotFoundError:
+        return 0
+    if not names:
+        return 0
+    ids = [name.removesuffix(".log") for name in names]
+    readable = {
+        row.id for row in Task.select(Task.id).where(
+            Task.id.in_(ids) & ((Task.status == TaskStatus.RUNNING) | (Task.ended_at >= keep_before))
+        )
+    }
+    removed = 0
+    for task_id in ids:
+        if task_id not in readable:
+            with contextlib.suppress(OSError):
+                os.unlink(folder / f"{task_id}.log")
+                removed += 1
+    return removed

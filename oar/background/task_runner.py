@@ -1,8 +1,10 @@
 """Running a background task's subprocess, inside an RQ worker (`workers.tasks.run_task`).
 
-The subprocess writes straight into `<data dir>/tasks/<id>.log`; its exit code is recorded,
+The subprocess writes straight into `<data dir>/tasks/<id>.log` of the worker's machine; its exit code is recorded,
 and while it runs the job writes a heartbeat so that the reconciler can fail a task whose
-worker died (and end its process).
+worker died (and end its process). On PostgreSQL the job also copies the file's new end into
+the database every `TASK_OUTPUT_COPY_SECONDS`, and once more as the task ends
+(`oar.background.output_store`), so that a call on any node reads it.
 
 Commands run as argument lists (`shlex.split`, no shell) unless the owner turned on
 `shell_tasks_via_shell`; then the command is the single argument of `/bin/sh -c`, never
@@ -18,6 +20,7 @@ such a task can read whatever the relay's user can.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shlex
 import signal
@@ -31,8 +34,8 @@ from typing import Any, BinaryIO
 
 import redis
 
-from oar.background import sandbox, tasks
-from oar.background.task_views import last_output_time
+from oar.background import output_files, output_store, sandbox, tasks
+from oar.background.task_views import output_file_time
 from oar.core import events, keys, work_folders
 from oar.core.config import environment_for_children
 from oar.core.db import release_connection, write_transaction
@@ -43,11 +46,13 @@ from oar.core.statuses import TaskStatus
 from oar.core.timeutil import utcnow
 
 
-def claim(task_id: str) -> Task | None:
-    """Take the task for this worker (a conditional UPDATE: one worker wins)."""
+def claim(task_id: str, output_path: str | None = None) -> Task | None:
+    """Take the task for this worker (a conditional UPDATE: one worker wins). Its output goes to
+    `output_path`, a file on this machine: the worker that runs a task names it, not the node
+    that started it (docs/operations.md#several-nodes)."""
     with write_transaction():
         claimed = (
-            Task.update(heartbeat_at=utcnow(), host=socket.gethostname())
+            Task.update(heartbeat_at=utcnow(), host=socket.gethostname(), output_path=output_path)
             .where(
                 (Task.id == task_id) & (Task.status == TaskStatus.RUNNING) & Task.heartbeat_at.is_null()
                 & Task.command.is_null(False)  # an agent's own task is never run here
@@ -69,7 +74,7 @@ def run(runtime: Runtime, task_id: str) -> str | None:
     # Checked again here: the worker's machine is the one that runs the command. Before the
     # claim, whose heartbeat the reconciler ages from: a worker's first probe starts a sandbox.
     reason = sandbox.unavailable(runtime.config) if sandboxed else None
-    task = claim(task_id)
+    task = claim(task_id, str(output_files.relay_folder(runtime).resolve() / f"{task_id}.log"))
     if task is None:
         return None
     if task.command is None or task.output_path is None:
@@ -164,10 +169,14 @@ def _watch(runtime: Runtime, task: Task, process: subprocess.Popen[bytes], deadl
     pubsub = _subscribe(runtime, channel)
     heartbeat_every = runtime.time("TASK_HEARTBEAT_SECONDS")
     poll_every = runtime.time("STOP_POLL_SECONDS")
+    # Where the output is kept in the database, it is copied there this often, and at least as often
+    # as the heartbeat: the copy writes the last output time (docs/tasks.md#where-the-output-is-kept).
+    copy_every = min(runtime.time("TASK_OUTPUT_COPY_SECONDS"), heartbeat_every) if output_store.in_database() else math.inf
     next_heartbeat = time.monotonic() + heartbeat_every
+    next_copy = time.monotonic() + copy_every
     try:
         while not exited.is_set():
-            _wait(pubsub, exited, max(0.0, min(poll_every, heartbeat_every, deadline - time.monotonic())))
+            _wait(pubsub, exited, max(0.0, min(poll_every, heartbeat_every, copy_every, deadline - time.monotonic())))
             if exited.is_set():
                 break
             row = Task.get_or_none(Task.id == task.id)
@@ -177,6 +186,9 @@ def _watch(runtime: Runtime, task: Task, process: subprocess.Popen[bytes], deadl
             if time.monotonic() >= deadline:
                 _end(runtime, process, exited)
                 return OVERTIME
+            if time.monotonic() >= next_copy:
+                output_store.mirror(runtime, row)
+                next_copy = time.monotonic() + copy_every
             if time.monotonic() >= next_heartbeat:
                 _beat(runtime, row)
                 next_heartbeat = time.monotonic() + heartbeat_every
@@ -194,11 +206,13 @@ def _end(runtime: Runtime, process: subprocess.Popen[bytes], exited: threading.E
 
 
 def _beat(runtime: Runtime, task: Task) -> None:
-    """Heartbeat; the last output time from the file; a `stalled` event once per quiet spell."""
+    """Heartbeat; the last output time from the file; a `stalled` event once per quiet spell.
+    Where output is copied into the database, each copy that brings new bytes writes the last
+    output time instead (`output_store.append`): a file just created has written nothing."""
     now = utcnow()
     values: dict[str, Any] = {"heartbeat_at": now}
     last_output = task.last_output_at or task.started_at
-    file_time = last_output_time(task)
+    file_time = last_output if output_store.in_database() else output_file_time(task)
     if file_time > last_output:
         last_output = file_time
         values.update(last_output_at=file_time, stall_reported=False)

@@ -11,7 +11,7 @@ from typing import Any
 
 from peewee import fn
 
-from oar.background import output_files, task_output
+from oar.background import output_files, output_store, task_output
 from oar.background.masking import mask
 from oar.core.models import Session, Task
 from oar.core.prepared import Prepared
@@ -94,16 +94,35 @@ def entry(runtime: Runtime, task: Task, now: datetime, quiet_after_minutes: int)
         last_output = last_output_time(task)
         item["health"] = task_output.stall(last_output, now, quiet_after_minutes)
         with contextlib.suppress(OSError):
-            window = task_output.read_window(output_files.open_output(runtime, task), 200, max_bytes=256 * 1024)
+            window = _counted_window(runtime, task)
             counts = task_output.detect_counts(task_output.clean(window.text))
             if counts:
                 item["counts"] = counts
     return item
 
 
+# The end of a running task's output in which list_sessions and read_session look for test counts.
+COUNTED_LINES = 200
+COUNTED_BYTES = 256 * 1024
+
+
+def _counted_window(runtime: Runtime, task: Task) -> task_output.Window:
+    if output_store.in_database():
+        return task_output.window_of(output_store.pieces_from_the_end(task.id), COUNTED_LINES, COUNTED_BYTES)
+    return task_output.read_window(output_files.open_output(runtime, task), COUNTED_LINES, COUNTED_BYTES)
+
+
 def last_output_time(task: Task) -> datetime:
-    """The output file's modification time (the heartbeat copies it to the row), else the row's.
-    A link is not followed (only its own time shows): docs/tasks.md#agent-output-files."""
+    """When the task last wrote output, as a call on any node sees it: where the output is kept
+    in the database, the row's (each copy and heartbeat writes it); else the file's."""
+    if output_store.in_database():
+        return task.last_output_at or task.started_at
+    return output_file_time(task)
+
+
+def output_file_time(task: Task) -> datetime:
+    """The output file's modification time on this machine (the heartbeat copies it to the row),
+    else the row's. A link is not followed (only its own time shows): docs/tasks.md#agent-output-files."""
     if task.output_path is not None:
         with contextlib.suppress(OSError):
             return _utc_from_timestamp(os.lstat(task.output_path).st_mtime)

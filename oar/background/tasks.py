@@ -19,10 +19,9 @@ import secrets
 import shlex
 import socket
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-from oar.background import output_files, sandbox, task_caps
+from oar.background import output_files, output_store, sandbox, task_caps
 from oar.core import events, jobs, keys, work_folders
 from oar.core.db import release_connection, write_transaction
 from oar.core.errors import ActionError, invalid, not_found
@@ -66,10 +65,6 @@ REPORTED_STATUSES = {
 
 def new_id() -> str:
     return "".join(secrets.choice(_ID_ALPHABET) for _ in range(8))
-
-
-def output_dir(runtime: Runtime) -> Path:
-    return output_files.relay_folder(runtime)
 
 
 def start(
@@ -124,8 +119,7 @@ def start(
             shell=use_shell,
             cwd=cwd,
             status=TaskStatus.RUNNING,
-            output_path=str((output_dir(runtime) / f"{task_id}.log").resolve()),
-            started_by_turn=turn_id,
+            started_by_turn=turn_id,  # its output file is named by the worker that claims it
             created_at=now,
             started_at=now,
             last_output_at=now,
@@ -219,7 +213,13 @@ def find(session: Session, task_id: str, relay_name: str, nothing: str = "") -> 
 
 
 def finish(runtime: Runtime, task_id: str, status: TaskStatus, exit_code: int | None, error: str | None) -> str:
-    """Record a task's end and its events; wakes waiters on the turn that started it."""
+    """Record a task's end and its events; wakes waiters on the turn that started it. Where the
+    output is kept in the database, what this machine has of it is stored first, so that whoever
+    sees the end reads the whole tail."""
+    if output_store.in_database():
+        running = Task.get_or_none((Task.id == task_id) & (Task.status == TaskStatus.RUNNING))
+        if running is not None:
+            output_store.mirror(runtime, running)
     now = utcnow()
     with write_transaction():
         ended = (

@@ -128,20 +128,8 @@ def _run(args: argparse.Namespace) -> int:
         from oar.engine.launcher import main as serve
 
         return serve()
-    if args.command == "worker":
-        from oar.engine.worker import main as run_worker
-
-        open_relay_database(from_environment())
-        run_worker(args.processes)
-        return 0
-    if args.command == "clock":
-        from oar.engine.clock import main as run_clock
-
-        open_relay_database(from_environment())
-        run_clock()
-        return 0
-    if args.command == "migrate":
-        return _migrate()
+    if args.command in ("worker", "clock", "migrate"):
+        return _process(args.command, args)
     if args.command == "token":
         if args.revoke is not None:
             return _revoke(args.revoke, args.session)
@@ -164,6 +152,30 @@ def _run(args: argparse.Namespace) -> int:
     if args.show_help or not args.action:
         return _call_help(args.action, shown_for_mistake=not args.show_help)
     return _call(args.action, args.arguments)
+
+
+def _process(command: str, args: argparse.Namespace) -> int:
+    """`oar worker`, `oar clock`, `oar migrate`: a node of an older version than the database says
+    so and exits with status 1 (docs/operations.md#upgrading)."""
+    from oar.owner.bootstrap import NewerSchema
+
+    try:
+        if command == "worker":
+            from oar.engine.worker import main as run_worker
+
+            open_relay_database(from_environment())
+            run_worker(args.processes)
+            return 0
+        if command == "clock":
+            from oar.engine.clock import main as run_clock
+
+            open_relay_database(from_environment())
+            run_clock()
+            return 0
+        return _migrate()
+    except NewerSchema as newer:
+        print(f"oar {command}: {newer}", file=sys.stderr, flush=True)
+        return 1
 
 
 def _migrate() -> int:

@@ -112,6 +112,11 @@ STOP_POLL_SECONDS = 1.0
 # (Redis restarted); wake-ups themselves arrive by signal within milliseconds.
 WAIT_RECHECK_SECONDS = 5
 
+# Readiness (docs/operations.md#health-check): every worker process and clock says it is there
+# this often, and /readyz counts one that said so within ALIVE_STALE_SECONDS.
+ALIVE_SECONDS = 5
+ALIVE_STALE_SECONDS = 20
+
 # Ids and tokens.
 SESSION_ID_BYTES = 8  # 64 bits, hex: shown shortened to 8 characters
 TOKEN_BYTES = 32  # 256 bits
@@ -156,6 +161,9 @@ TASK_STALE_SECONDS = 30
 TASK_KILL_GRACE_SECONDS = 5
 # A task's output stays readable this long after it ends; then its file is removed.
 TASK_OUTPUT_KEEP_SECONDS = 3600
+# On PostgreSQL a running task's new output is copied into the database this often, where
+# every node reads it (docs/tasks.md#where-the-output-is-kept).
+TASK_OUTPUT_COPY_SECONDS = 1.0
 # Relay-run tasks running at once (docs/tasks.md#how-many-and-how-long): per session (owner setting
 # `max_running_tasks_per_session`) and on the whole relay (`max_running_tasks`); one more is refused.
 MAX_RUNNING_TASKS_PER_SESSION = 4

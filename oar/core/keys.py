@@ -119,6 +119,12 @@ def task_nudge(namespace: str, task_id: str) -> str:
     return f"{namespace}:tasknudged:{task_id}"
 
 
+def presence(namespace: str, kind: str) -> str:
+    """The sorted set of the running processes of a kind ("worker", "clock"), each scored by the
+    Redis time it last said it was there (oar.core.presence)."""
+    return f"{namespace}:presence:{kind}"
+
+
 def ingest_lock(namespace: str) -> str:
     """Held by the one relay process ingesting new events (docs/events.md#how-events-are-held)."""
     return f"{namespace}:ingesting"

@@ -224,8 +224,9 @@ class Question(BaseModel):
 class Task(BaseModel):
     """A background shell command or monitor a session runs (docs/concepts.md).
 
-    Output goes to a file under `<data dir>/tasks/`; a task reported by a provider that
-    keeps its output itself may hold only its tail (`output_tail`).
+    Output goes to a file under `<data dir>/tasks/` on the worker's machine; on PostgreSQL its
+    end is copied into `TaskOutputChunk` rows as it grows, and read from there. A task reported
+    by a provider that keeps its output itself may hold only its tail (`output_tail`).
     """
 
     id = pw.CharField(primary_key=True, max_length=32)
@@ -256,9 +257,27 @@ class Task(BaseModel):
     host = pw.CharField(null=True, max_length=255)
     stop_requested = pw.BooleanField(default=False)
     stall_reported = pw.BooleanField(default=False)
+    # Where the output is kept in the database (PostgreSQL): the agent's output file was not one the
+    # relay may read (a link, not a regular file), so nothing of it was copied (docs/tasks.md#agent-output-files).
+    output_refused = pw.BooleanField(default=False)
 
     class Meta:
         indexes = ((("session", "status"), False), (("status", "heartbeat_at"), False))
+
+
+class TaskOutputChunk(BaseModel):
+    """A piece of a task's output, on a relay whose database is PostgreSQL (docs/tasks.md#where-the-output-is-kept):
+    the end of each task's output, in pieces of at most 64 KiB, so that every node reads what a
+    worker on another machine wrote, and a node that dies loses none of it."""
+
+    id = pw.BigAutoField()
+    task = pw.ForeignKeyField(Task, on_delete="CASCADE", index=False)  # the unique index below starts with it
+    task_id: ObjectId[str]
+    start = pw.BigIntegerField()  # the offset of its first byte in the whole output
+    data = pw.BlobField()
+
+    class Meta:
+        indexes = ((("task", "start"), True),)
 
 
 class Event(BaseModel):
@@ -513,6 +532,6 @@ class Approval(BaseModel):
 
 
 MODELS: tuple[type[BaseModel], ...] = (
-    Setting, Provider, Group, Session, AgentToken, SignIn, Message, Question, Task, Event, Schedule,
+    Setting, Provider, Group, Session, AgentToken, SignIn, Message, Question, Task, TaskOutputChunk, Event, Schedule,
     Subscription, HeldEvent, EventLine, ReplyReceipt, TokenUsage, Card, Approval, StallWatch, Wakeup,
 )

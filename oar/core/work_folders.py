@@ -83,6 +83,14 @@ class RelayPlaces:
         """Where a session that was given no folder works."""
         return os.path.join(self.work, session_id)
 
+    def here(self, session_id: str, path: str) -> str:
+        """`path`, or this machine's own folder of the session when `path` is that folder as
+        another node of the relay named it (`<its data dir>/work/<session id>`): a session's own
+        folder is kept under each node's data directory, wherever the one that made the session
+        keeps its own (docs/operations.md#several-nodes)."""
+        parts = os.path.normpath(path).split(os.sep)
+        return self.own_folder(session_id) if parts[-2:] == ["work", session_id] else path
+
 
 def socket_folders(config: Config) -> tuple[str, ...]:
     """Where unix sockets of the machine's services are, resolved: the temporary folder (the
@@ -215,7 +223,7 @@ def opened(config: Config, session: Session, roots: Sequence[str], folder: str |
     opened without following a link: `(path, descriptor)`, the descriptor closed afterwards.
     The session's own folder is made on first use. Raises FolderRefused."""
     places = RelayPlaces.of(config)
-    path = folder if folder is not None else folder_of(places, session)
+    path = places.here(session.id, folder if folder is not None else folder_of(places, session))
     if path == places.own_folder(session.id):
         ensure_own_folder(places, session.id)
     refused = refusal(os.path.normpath(path), roots, places, session_id=session.id)

@@ -15,6 +15,7 @@ import threading
 from oar.core import lifeline, metric_files, metrics
 from oar.core.config import from_environment
 from oar.core.db import checkpoint, database, is_sqlite, open_database, wal_state
+from oar.core.presence import CLOCK, Beacon
 from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
 from oar.engine.due_timer import DueTimer
@@ -24,6 +25,7 @@ from oar.federation import events as peer_events
 from oar.mcp_tasks import store as mcp_task_store
 from oar.notifications import sweep as notifications
 from oar.openclaw import runs as openclaw_runs
+from oar.owner.bootstrap import refuse_newer_schema
 from oar.schedules.schedules import fire_due
 from oar.watching.pruning import prune_if_due
 from oar.watching.sweep import sweep
@@ -101,6 +103,7 @@ def main() -> None:
         lifeline.watch_parent(launcher)
     config = from_environment()
     open_database(config)
+    refuse_newer_schema()  # raises NewerSchema: a node older than the database fires nothing
     runtime = Runtime(config)
     if config.metrics_on:  # the clock's figures (docs/operations.md#watching-it); a previous clock's go
         metric_files.sweep_kind(config.metrics_folder, "clock")
@@ -110,13 +113,19 @@ def main() -> None:
         signal.signal(signum, lambda *_: stopping.set())
     period = runtime.time("RECONCILE_SECONDS")
     log.info("clock started: reconciling every %s s", period)
+    # Says the clock is there, for readiness (docs/operations.md#health-check).
+    beacon = Beacon(runtime.redis, config.namespace, CLOCK, runtime.time("ALIVE_SECONDS"), runtime.time("ALIVE_STALE_SECONDS"))
+    beacon.start()
     DueTimer(runtime, stopping).start()
     threading.Thread(target=peer_events_loop, args=(runtime, stopping), name="peer-events", daemon=True).start()
     if is_sqlite():
         threading.Thread(target=checkpoint_loop, args=(runtime, stopping), name="checkpoints", daemon=True).start()
-    while not stopping.is_set():
-        try:
-            tick(runtime)
-        except Exception:
-            log.exception("reconciler run failed; trying again in %s s", period)
-        stopping.wait(period)
+    try:
+        while not stopping.is_set():
+            try:
+                tick(runtime)
+            except Exception:
+                log.exception("reconciler run failed; trying again in %s s", period)
+            stopping.wait(period)
+    finally:
+        beacon.stop()

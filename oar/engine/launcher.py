@@ -29,7 +29,7 @@ from oar.core.config import Config, ConfigError, check, from_environment
 from oar.core.db import database, open_database
 from oar.engine.data_dir_lock import AnotherLauncher, DataDirLock
 from oar.engine.embedded_redis import EmbeddedRedis
-from oar.owner.bootstrap import ensure_owner_token, migrate
+from oar.owner.bootstrap import NewerSchema, ensure_owner_token, migrate
 
 log = logging.getLogger("oar.launcher")
 PROJECT = Path(__file__).resolve().parents[2]
@@ -53,6 +53,9 @@ def main() -> int:
         return 1
     try:
         return _run(config, lock)
+    except NewerSchema as newer:
+        print(f"oar serve: {newer}", file=sys.stderr, flush=True)
+        return 1
     finally:
         lock.release()
 

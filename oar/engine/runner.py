@@ -11,6 +11,7 @@ past `max_turn_seconds`.
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 import threading
 import time
@@ -21,7 +22,7 @@ import redis
 from oar import providers
 from oar.actions.schema import relay_tool, system_prompt
 from oar.approvals import cards, questions
-from oar.background import output_files
+from oar.background import output_files, output_store
 from oar.core import events, jobs, keys, tracing, work_folders
 from oar.core.db import database, release_connection, write_transaction
 from oar.core.fields import storable
@@ -124,10 +125,15 @@ def claim_next_turn(session_id: str) -> Message | None:
 class TurnWatcher(threading.Thread):
     """Heartbeat, stop requests and the turn time limit, beside a running turn."""
 
-    def __init__(self, runtime: Runtime, turn: Message, control: TurnControl, max_seconds: float) -> None:
+    def __init__(
+        self, runtime: Runtime, turn: Message, control: TurnControl, max_seconds: float, *, copies_output: bool = False,
+    ) -> None:
         super().__init__(name=f"oar-turn-{turn.id}", daemon=True)
         self.runtime = runtime
         self.turn_id = turn.id
+        # The agent runs on this machine and writes its tasks' output here: where output is kept in
+        # the database, the watcher copies it there (docs/tasks.md#where-the-output-is-kept).
+        self.copies_output = copies_output
         self.control = control
         self.deadline = time.monotonic() + max_seconds
         self._card_credit = 0.0
@@ -139,10 +145,12 @@ class TurnWatcher(threading.Thread):
         pubsub = self._subscribe()
         heartbeat_every = self.runtime.time("TURN_HEARTBEAT_SECONDS")
         poll_every = self.runtime.time("STOP_POLL_SECONDS")
+        copy_every = self.runtime.time("TASK_OUTPUT_COPY_SECONDS") if self.copies_output else math.inf
         next_heartbeat = time.monotonic() + heartbeat_every
+        next_copy = time.monotonic() + copy_every
         try:
             while not self.finished.is_set():
-                self._wait_for_signal(pubsub, poll_every)
+                self._wait_for_signal(pubsub, min(poll_every, copy_every))
                 if self.finished.is_set():
                     return
                 row = Message.get_or_none(Message.id == self.turn_id)
@@ -154,6 +162,9 @@ class TurnWatcher(threading.Thread):
                     self.timed_out = True
                     self.control.cancelled.set()
                     return
+                if time.monotonic() >= next_copy:
+                    output_store.mirror_reported(self.runtime, self.turn_id)
+                    next_copy = time.monotonic() + copy_every
                 if time.monotonic() >= next_heartbeat:
                     Message.update(heartbeat_at=utcnow()).where(Message.id == self.turn_id).execute()
                     next_heartbeat = time.monotonic() + heartbeat_every
@@ -239,7 +250,10 @@ def execute(runtime: Runtime, turn: Message) -> bool:
         turn.model = model
     control = TurnControl(call_relay_tool=lambda args: services.call_relay_tool_as(runtime, session.id, turn.id, args))
     control.call_openclaw = lambda tool, args: services.call_openclaw_as(runtime, session.id, turn.id, tool, args)
-    watcher = TurnWatcher(runtime, turn, control, runtime.settings()["max_turn_seconds"])
+    watcher = TurnWatcher(
+        runtime, turn, control, runtime.settings()["max_turn_seconds"],
+        copies_output=provider.writes_task_output and output_store.in_database(),
+    )
     control.ask_user = lambda question, options, allow_freeform=True: ask_user(
         runtime, turn, watcher, control, question, options, allow_freeform
     )

@@ -28,7 +28,10 @@ from rq.worker_pool import WorkerPool
 
 from oar.core import jobs, lifeline, metric_files, metrics, tracing
 from oar.core.config import from_environment
+from oar.core.db import open_database
+from oar.core.presence import WORKER, Beacon
 from oar.core.runtime import Runtime
+from oar.owner.bootstrap import refuse_newer_schema
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,9 @@ class ThreadedWorker(SimpleWorker):
     # The pool process that forks this worker: the worker stops when the pool is gone, even
     # when it was killed and could not stop its workers (docs/operations.md#when-the-launcher-dies).
     pool_pid: int | None = None
+    # (namespace, every, stale seconds): each worker process says it is there, for readiness
+    # (oar.core.presence, docs/operations.md#health-check).
+    presence: tuple[str, float, float] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -53,6 +59,11 @@ class ThreadedWorker(SimpleWorker):
             lifeline.die_with_parent()
             lifeline.watch_parent(self.pool_pid)
         metrics.started_after_fork()
+        self._beacon: Beacon | None = None
+        if self.presence is not None:
+            namespace, every, stale = self.presence
+            self._beacon = Beacon(self.connection, namespace, WORKER, every, stale)
+            self._beacon.start()
         self._slots = threading.BoundedSemaphore(self.threads)
         self._running: set[threading.Thread] = set()
         self._running_lock = threading.Lock()
@@ -83,6 +94,8 @@ class ThreadedWorker(SimpleWorker):
             metrics.worked()
 
     def teardown(self) -> None:
+        if self._beacon is not None:
+            self._beacon.stop()
         with self._running_lock:
             running = list(self._running)
         for thread in running:
@@ -95,6 +108,8 @@ def main(processes: int | None = None) -> None:
     if launcher is not None:
         lifeline.watch_parent(launcher)
     config = from_environment()
+    open_database(config)
+    refuse_newer_schema()  # raises NewerSchema: a node older than the database runs no job
     runtime = Runtime(config)
     # The workers' figures and traces (docs/operations.md#watching-it), when configured: this
     # kind's files of a previous run go first, then each forked worker counts in files of its own.
@@ -104,6 +119,7 @@ def main(processes: int | None = None) -> None:
     tracing.start("worker", runtime)
     ThreadedWorker.threads = config.worker_threads
     ThreadedWorker.pool_pid = os.getpid()
+    ThreadedWorker.presence = (config.namespace, config.time("ALIVE_SECONDS"), config.time("ALIVE_STALE_SECONDS"))
     # Imported here, before the fork, as RQ would import them at each process's first job of
     # each kind: then the first turns of a wide delivery waited 0.1 s of imports in every
     # process, and the processes now share those modules' memory. By name, as RQ does

@@ -1,23 +1,54 @@
-"""Bringing a relay's database up to date and making sure it has an owner token."""
+"""Bringing a relay's database up to date and making sure it has an owner token.
+
+Several nodes of one relay may start at once on one database (docs/operations.md#upgrading):
+the migrations run under a lock, so one node applies them and the others find them applied.
+A node whose code is older than the database (it holds a migration this code does not know)
+refuses to start, saying so, rather than run on a schema it was not written for.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 
+import peewee
 from playhouse.migrations import Runner
 
-from oar import providers
+from oar import __version__, providers
 from oar.core import ids, settings
 from oar.core.config import Config
-from oar.core.db import database, write_transaction
+from oar.core.db import database, is_sqlite, write_transaction
 
+log = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
+# The PostgreSQL advisory lock the migrations run under ("oarmigra" in ASCII, as a bigint).
+MIGRATION_LOCK = 0x6F61726D69677261
+
+
+class NewerSchema(Exception):
+    """The database holds migrations this code does not know: a newer version migrated it."""
+
+    def __init__(self, unknown: list[str]) -> None:
+        self.unknown = unknown
+        named = ", ".join(unknown)
+        super().__init__(
+            f"The database was migrated by a newer version of the relay: it has "
+            f"{'migration' if len(unknown) == 1 else 'migrations'} {named}, which this relay (version "
+            f"{__version__}) does not know. Upgrade this node to the version the other nodes run (or a newer "
+            "one); it did not start, and the database was not changed."
+        )
 
 
 def migrate() -> list[str]:
-    """Apply pending migrations; returns their names."""
-    with database.connection_context():
-        applied = Runner(database.obj, str(MIGRATIONS)).up()
+    """Apply pending migrations, one process at a time; returns their names. Raises NewerSchema
+    (and applies nothing) when the database is newer than this code."""
+    with database.connection_context(), _migration_lock():
+        runner = Runner(database.obj, str(MIGRATIONS))
+        _refuse_unknown(runner)
+        applied = runner.up()
         with write_transaction():
             providers.ensure_builtin()
     return applied
@@ -26,6 +57,49 @@ def migrate() -> list[str]:
 def pending_migrations() -> list[str]:
     runner = Runner(database.obj, str(MIGRATIONS))
     return [m.name for m in runner.status() if m.applied is None and m.path is not None]
+
+
+def unknown_migrations() -> list[str]:
+    """Migrations the database records that this code has no file for."""
+    return [m.name for m in Runner(database.obj, str(MIGRATIONS)).status() if m.path is None]
+
+
+def refuse_newer_schema() -> None:
+    """Raise NewerSchema when the bound database is newer than this code; a web, worker or clock
+    checks at its start. A database that does not answer is not checked here (logged): the
+    process starts, and its health check says so. No connection is kept (processes fork after)."""
+    try:
+        with database.connection_context():
+            _refuse_unknown(Runner(database.obj, str(MIGRATIONS)))
+    except peewee.PeeweeException as error:
+        log.warning("the database's migrations were not checked at start: %s: %s", type(error).__name__, error)
+    finally:
+        close_idle = getattr(database.obj, "close_idle", None)
+        if close_idle is not None:
+            close_idle()
+
+
+def _refuse_unknown(runner: Runner) -> None:
+    unknown = [m.name for m in runner.status() if m.path is None]
+    if unknown:
+        raise NewerSchema(unknown)
+
+
+@contextlib.contextmanager
+def _migration_lock() -> Iterator[None]:
+    """Held while migrations run: on PostgreSQL an advisory lock of the session (released when
+    the connection ends, however the process does); on SQLite, whose file only one machine
+    opens, a lock on a file beside it."""
+    if is_sqlite():
+        with open(f"{database.obj.database}.migrate-lock", "a") as lock_file:
+            fcntl.flock(lock_file, fcntl.LOCK_EX)
+            yield
+        return
+    database.execute_sql("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+    try:
+        yield
+    finally:
+        database.execute_sql("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
 
 
 def ensure_owner_token(config: Config) -> str | None:

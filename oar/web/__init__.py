@@ -24,6 +24,7 @@ from oar.core.db import database, is_busy, open_database
 from oar.core.errors import ActionError, database_busy
 from oar.core.fields import unstorable_text
 from oar.core.runtime import Runtime
+from oar.owner.bootstrap import refuse_newer_schema
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,7 @@ def create_app(config: Config | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = defaults.MAX_PROMPT_CHARS * 4 + 64 * 1024
     app.json = RelayJSONProvider(app)
     open_database(config)
+    refuse_newer_schema()  # raises NewerSchema: a web older than the database serves nothing
     app.extensions["oar"] = Runtime(config)
     app.wsgi_app = TrustedProxies(app)  # type: ignore[method-assign]
     # Figures and traces, when configured (docs/operations.md#watching-it): nothing otherwise.
@@ -145,7 +147,7 @@ def create_app(config: Config | None = None) -> Flask:
     @app.before_request
     def connect() -> None:
         # The health check connects itself: a database that is down is what it reports.
-        if request.endpoint != "health.healthz":
+        if request.endpoint not in ("health.healthz", "health.readyz"):
             database.connect(reuse_if_open=True)
 
     @app.url_value_preprocessor

@@ -1,4 +1,7 @@
-"""`GET /healthz`: 200 once web, database and queue answer; 503 saying what is missing."""
+"""`GET /healthz`: 200 once web, database and queue answer; 503 saying what is missing.
+`GET /readyz`: whether the relay can do its work: the database, Redis, a worker and the clock
+(docs/operations.md#health-check); each part `ok` or a word saying what is wrong, never an
+error's text."""
 
 from __future__ import annotations
 
@@ -8,8 +11,9 @@ from flask import Blueprint, jsonify
 from flask.typing import ResponseReturnValue
 
 from oar import __version__
+from oar.core import presence
 from oar.core.db import database
-from oar.owner.bootstrap import pending_migrations
+from oar.owner.bootstrap import pending_migrations, unknown_migrations
 from oar.web import runtime
 from oar.web.described import ANYONE, Operation, described
 
@@ -57,3 +61,56 @@ def healthz() -> ResponseReturnValue:
     if problems:
         return jsonify({"ok": False, "version": __version__, "relay": name, "problems": problems}), 503
     return jsonify({"ok": True, "version": __version__, "relay": name})
+
+
+PART = {"type": "string"}
+READINESS = {
+    "type": "object",
+    "required": ["ready", "version", "relay", "parts"],
+    "properties": {
+        "ready": {"type": "boolean"},
+        "version": {"type": "string"},
+        "relay": {"type": "string"},
+        "parts": {
+            "type": "object",
+            "required": ["database", "redis", "worker", "clock"],
+            "properties": {
+                "database": {**PART, "enum": ["ok", "unavailable", "migrations not applied", "newer than this node"]},
+                "redis": {**PART, "enum": ["ok", "unavailable"]},
+                "worker": {**PART, "enum": ["ok", "none", "unknown"]},
+                "clock": {**PART, "enum": ["ok", "none", "unknown"]},
+            },
+        },
+    },
+}
+
+
+@blueprint.get("/readyz")
+@described(Operation(
+    summary="Whether the relay can do its work: database, Redis, a worker and the clock (503 when a part is not there)",
+    caller=ANYONE, tag="health", answer_schema=READINESS, errors=(503,),
+))
+def readyz() -> ResponseReturnValue:
+    relay = runtime()
+    name = relay.config.relay_name
+    parts = {"database": "ok", "redis": "ok", "worker": "unknown", "clock": "unknown"}
+    try:
+        database.connect(reuse_if_open=True)
+        name = relay.relay_name()
+        if unknown_migrations():
+            parts["database"] = "newer than this node"
+        elif pending_migrations():
+            parts["database"] = "migrations not applied"
+    except Exception as error:  # noqa: BLE001 - any failure here is what the check reports
+        log.warning("readiness check: the database failed: %s: %s", type(error).__name__, error)
+        parts["database"] = "unavailable"
+    try:
+        stale = relay.time("ALIVE_STALE_SECONDS")
+        for kind in (presence.WORKER, presence.CLOCK):
+            parts[kind] = "ok" if presence.present(relay.redis, relay.config.namespace, kind, stale) else "none"
+    except Exception as error:  # noqa: BLE001
+        log.warning("readiness check: Redis failed: %s: %s", type(error).__name__, error)
+        parts["redis"] = "unavailable"
+    ready = all(value == "ok" for value in parts.values())
+    body = {"ready": ready, "version": __version__, "relay": name, "parts": parts}
+    return jsonify(body), 200 if ready else 503

@@ -7,7 +7,7 @@ request bodies from the action registry (one schema per action, `action` a const
 error codes from oar/core/errors.py. Built once per process, on the first request.
 
 It is served without a token: it holds no data of the relay's, only the shape of its API,
-which is public in the source (and `/healthz` is unauthenticated too).
+which is public in the source (and `/healthz` and `/readyz` are unauthenticated too).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ blueprint = Blueprint("openapi", __name__)
 OPENAPI_VERSION = "3.1.0"
 DOCUMENT_PATH = "/api/v1/openapi.json"
 # The routes the document covers: the JSON API and the health check (not the owner's page).
-DOCUMENTED_PREFIXES = ("/api/v1/", "/healthz")
+DOCUMENTED_PREFIXES = ("/api/v1/", "/healthz", "/readyz")
 FLASK_PARAMETER = re.compile(r"<(?:[^:<>]+:)?([^<>]+)>")
 EXTENSION_KEY = "oar.openapi"
 
@@ -199,7 +199,7 @@ def _responses(operation: Operation, *, has_path: bool, has_body: bool) -> dict[
     for status in sorted(errors):
         schema = {"$ref": "#/components/schemas/Error"}
         if status == 503 and operation.answer_schema is not None:
-            schema = operation.answer_schema  # /healthz answers 503 in its own shape
+            schema = operation.answer_schema  # the health checks answer 503 in their own shape
         responses[str(status)] = {"description": STATUS_TEXT[status], "content": {"application/json": {"schema": schema}}}
     return responses
 

@@ -37,7 +37,7 @@ SIGN_IN_LIFETIME = timedelta(seconds=defaults.SIGN_IN_LIFETIME_SECONDS)
 SIGN_IN_KEY = "signin"
 CSRF_FIELD = "csrf_token"
 # Paths that answer JSON for machines: no page cookie is read or written there.
-API_PREFIXES = ("/api/", "/mcp", "/healthz", "/metrics")
+API_PREFIXES = ("/api/", "/mcp", "/healthz", "/readyz", "/metrics")
 
 _key_lock = threading.Lock()
 
