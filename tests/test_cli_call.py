@@ -61,3 +61,19 @@ def test_without_a_terminal_it_prints_the_answer_alone_and_says_when_the_relay_i
     )
     assert gone.returncode == 1 and gone.stdout == ""
     assert "oar call: the relay at http://127.0.0.1:9 did not answer" in gone.stderr
+
+
+def test_a_reader_that_stops_early_ends_the_call_quietly(relay: Relay, desk: Agent) -> None:
+    """`oar call … | head -c 40`: the reader closes the pipe before the answer is written; the
+    command ends without a traceback (a shell's pipeline status, 141) rather than crashing."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "oar", "call", "list_relays"], cwd=PROJECT,
+            env=call_environment(relay, desk.token), stdout=writer, stderr=subprocess.PIPE, text=True, timeout=120,
+        )
+    finally:
+        os.close(writer)
+    assert done.returncode == 141
+    assert done.stderr == ""

@@ -1,6 +1,6 @@
 """MCP's per-request revision (2026-07-28) and the Tasks extension at /mcp, over raw HTTP: the
 envelope and header checks, `server/discover`, and tasks made, followed, cancelled and refused.
-(The SDK clients drive the same in tests/test_mcp_clients.py.)"""
+(The SDK clients drive it in tests/test_mcp.py, test_mcp_stdio.py and test_claude_code.py.)"""
 
 from __future__ import annotations
 

@@ -109,6 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     except NoRelayDatabase as error:
         print(f"oar {args.command}: {error}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # The reader of stdout went away (`oar call … | head`): not an error of the command's.
+        # Pointing stdout at /dev/null keeps the interpreter's own flush at exit quiet too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 def serve(argv: list[str], prog: str) -> int:
