@@ -17,7 +17,6 @@ import re
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -35,6 +34,7 @@ from tests.support.clients import Agent, poll
 from tests.support.conversations import write
 from tests.support.push import BrowserKeys, PushService
 from tests.support.relays import FAST_TIMES, Relay, RelayStack, own_relay
+from tests.support.servers import serve_json_posts
 from tests.support.service_worker import needs_node, pushed_and_clicked
 from tests.support.snapshots import reset_database, snapshot
 
@@ -52,28 +52,16 @@ class Receiver:
     def __init__(self) -> None:
         self.received: list[tuple[str, dict[str, str], dict[str, Any]]] = []
         self.lock = threading.Lock()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the http.server name
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                with receiver.lock:
-                    receiver.received.append((self.path, {k.lower(): v for k, v in self.headers.items()},
-                                              json.loads(body or b"{}")))
-                self.send_response(200)
-                self.send_header("Content-Length", "2")
-                self.end_headers()
-                self.wfile.write(b"{}")
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve_json_posts(self.record)
 
     @property
     def host(self) -> str:
         return f"127.0.0.1:{self.server.server_port}"
+
+    def record(self, path: str, headers: dict[str, str], body: dict[str, Any]) -> int:
+        with self.lock:
+            self.received.append((path, headers, body))
+        return 200
 
     def at(self, path: str) -> list[tuple[dict[str, str], dict[str, Any]]]:
         with self.lock:

@@ -12,7 +12,6 @@ import json
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -25,6 +24,7 @@ from oar.notifications.sending import hold_end
 from tests.support.clients import poll
 from tests.support.push import BrowserKeys, PushService, unb64url
 from tests.support.relays import FAST_TIMES, Relay, RelayStack, own_relay
+from tests.support.servers import serve_json_posts
 from tests.support.snapshots import reset_database
 
 pytestmark = pytest.mark.stack
@@ -45,22 +45,7 @@ class Receiver:
         self.release = threading.Event()
         self.failures: dict[str, int] = {}
         self.lock = threading.Lock()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the http.server name
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                status = receiver.answer(self.path, json.loads(body or b"{}"))
-                self.send_response(status)
-                self.send_header("Content-Length", "2")
-                self.end_headers()
-                self.wfile.write(b"{}")
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve_json_posts(lambda path, _headers, body: self.answer(path, body))
 
     @property
     def host(self) -> str:

@@ -1,10 +1,15 @@
-"""Helpers for tests that use the machine's PostgreSQL and free ports."""
+"""Helpers for tests that use the machine's PostgreSQL, free ports, and local receivers of JSON POSTs."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import socket
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import peewee
@@ -60,3 +65,26 @@ def create_postgres_database(server_url: str = POSTGRES_SERVER) -> str:
 def drop_postgres_database(url: str) -> None:
     name = urlsplit(url).path.lstrip("/")
     _run_outside_transactions(urlunsplit(urlsplit(url)._replace(path="/postgres")), f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def serve_json_posts(answer: Callable[[str, dict[str, str], Any], int]) -> ThreadingHTTPServer:
+    """A loopback HTTP server standing in for a service the relay posts JSON to (a webhook, ntfy,
+    a push service): `answer(path, headers with lower-case names, body)` gives the status; the
+    response's body is `{}`. Served from a daemon thread; `shutdown()` ends it."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the http.server name
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            headers = {name.lower(): value for name, value in self.headers.items()}
+            status = answer(self.path, headers, json.loads(body or b"{}"))
+            self.send_response(status)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
