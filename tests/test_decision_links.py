@@ -55,7 +55,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the http.server name
+            def do_POST(self) -> None:  # the http.server name
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with receiver.lock:
                     receiver.received.append((self.path, {k.lower(): v for k, v in self.headers.items()},

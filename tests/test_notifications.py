@@ -48,7 +48,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the http.server name
+            def do_POST(self) -> None:  # the http.server name
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 status = receiver.answer(self.path, json.loads(body or b"{}"))
                 self.send_response(status)

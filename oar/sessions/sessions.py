@@ -13,8 +13,6 @@ from oar.core.timeutil import iso, utcnow
 from oar.sessions import groups
 from oar.sessions.state import background_session_ids, busy_session_ids, state_of
 
-MODES = ("agent", "ask", "plan")
-
 # Every relay_tool call starts here: one indexed look-up, its SQL built once (oar/core/prepared.py);
 # the session comes with the owner settings' version (`settings_version`, read by `CallContext`).
 _BY_TOKEN = Prepared(
