@@ -124,7 +124,7 @@ def sessions_list(ctx: CallContext, raw: dict[str, Any], _run_id: str) -> dict[s
     check_only(ctx, "list_sessions", {})
     caller = ctx.caller
     limit = args.get("limit", defaults.OPENCLAW_LIST_DEFAULT)
-    query = Session.select().where((Session.deleted == False) & (Session.archived == False))  # noqa: E712
+    query = Session.select().where(Session.live(archived=False))
     visible = access.view_of(caller, ctx.settings).where()
     if visible is not None:
         query = query.where(visible)
@@ -242,9 +242,7 @@ def sessions_send(ctx: CallContext, raw: dict[str, Any], run_id: str) -> dict[st
     if args.get("sessionKey"):
         target = keys.resolve(args["sessionKey"], caller, ctx.relay_name)
     else:
-        candidates = Session.select().where(
-            (Session.deleted == False) & (Session.archived == False) & (Session.id != caller.id)  # noqa: E712
-        )
+        candidates = Session.select().where(Session.live(archived=False) & (Session.id != caller.id))
         visible = access.view_of(caller, ctx.settings).where()
         target = keys.by_label(args["label"], list(candidates if visible is None else candidates.where(visible)))
     if target.id == caller.id:

@@ -107,7 +107,7 @@ def list_sessions(runtime: Runtime) -> list[dict[str, Any]]:
     """Every session not deleted, most recently active first, as the owner API lists them."""
     rows = list(
         Session.select()
-        .where((Session.deleted == False) & Session.remote_relay.is_null())  # noqa: E712
+        .where(Session.live_local())
         .order_by(Session.last_activity_at.desc())
         .limit(SESSIONS_LISTED)
     )

@@ -18,12 +18,12 @@ from oar.sessions.state import background_session_ids, busy_session_ids, state_o
 _BY_TOKEN = Prepared(
     lambda token_hash: Session.select(*Session._meta.sorted_fields, settings.version_column())
     .join(AgentToken)
-    .where((AgentToken.token_hash == token_hash) & (Session.deleted == False))  # noqa: E712
+    .where((AgentToken.token_hash == token_hash) & Session.live())
     .limit(1)
 )
 _BY_ID = Prepared(
     lambda session_id: Session.select()
-    .where((Session.id == session_id) & (Session.deleted == False) & Session.remote_relay.is_null())  # noqa: E712
+    .where((Session.id == session_id) & Session.live_local())
     .limit(1)
 )
 
@@ -35,7 +35,7 @@ def resolve(reference: str, relay_name: str, nothing: str = "") -> Session:
     if session is None and len(reference) >= defaults.SHORT_ID_CHARS:
         matches = list(
             Session.select()
-            .where(Session.id.startswith(reference) & (Session.deleted == False) & Session.remote_relay.is_null())  # noqa: E712
+            .where(Session.id.startswith(reference) & Session.live_local())
             .limit(2)
         )
         if len(matches) == 1:
