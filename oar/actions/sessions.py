@@ -22,8 +22,7 @@ from oar.core.shapes import RELAY, SESSION
 from oar.core.statuses import OPEN_TURN, TaskStatus, TurnStatus
 from oar.core.timeutil import iso
 from oar.core.words import plural
-from oar.sessions import groups, sessions
-from oar.sessions import state as session_state
+from oar.sessions import groups, session_state, sessions
 from oar.turns.turns import MESSAGE_COLUMNS, badge, clip_reply
 
 SCOPES = ("active", "recent", "all", "archived")

@@ -20,8 +20,7 @@ from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
 from oar.engine.due_timer import DueTimer
 from oar.engine.reconciler import reconcile
-from oar.federation import asks as peer_asks
-from oar.federation import events as peer_events
+from oar.federation import peer_asks, peer_events
 from oar.mcp_tasks import store as mcp_task_store
 from oar.notifications import sweep as notifications
 from oar.openclaw import runs as openclaw_runs

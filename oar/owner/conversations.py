@@ -19,8 +19,7 @@ from oar.core.work_folders import RelayPlaces, ensure_own_folder
 from oar.federation import peers
 from oar.providers.choice import Requested, choose
 from oar.schedules import schedules
-from oar.sessions import groups, sessions
-from oar.sessions import state as session_state
+from oar.sessions import groups, session_state, sessions
 from oar.sessions.folders import check_folder
 from oar.turns import outside, turns
 

@@ -14,7 +14,7 @@ import peewee as pw
 from oar.core import defaults, ids
 from oar.core.errors import ActionError
 from oar.core.models import Group, Session
-from oar.sessions.state import busy_session_ids, state_of
+from oar.sessions.session_state import busy_session_ids, state_of
 
 
 def live_members(group: Group) -> pw.ModelSelect[Session]:

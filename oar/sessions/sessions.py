@@ -11,7 +11,7 @@ from oar.core.models import AgentToken, Session
 from oar.core.prepared import Prepared
 from oar.core.timeutil import iso, utcnow
 from oar.sessions import groups
-from oar.sessions.state import background_session_ids, busy_session_ids, state_of
+from oar.sessions.session_state import background_session_ids, busy_session_ids, state_of
 
 # Every relay_tool call starts here: one indexed look-up, its SQL built once (oar/core/prepared.py);
 # the session comes with the owner settings' version (`settings_version`, read by `CallContext`).
@@ -129,7 +129,7 @@ def listed_many(
     rows: list[Session], busy: set[str] | None = None, background: set[str] | None = None
 ) -> list[dict[str, Any]]:
     """Sessions as `list_sessions` shows them. `busy` and `background`: which of them are,
-    when the caller read it with the rows (`state.busy_exists`, `state.background_exists`)."""
+    when the caller read it with the rows (`session_state.busy_exists`, `session_state.background_exists`)."""
     if busy is None:
         busy = busy_session_ids(row.id for row in rows)
     if background is None:

@@ -22,8 +22,7 @@ from oar.owner.inbox import decided_lately, pending_count, pending_questions
 from oar.owner.providers import provider_view
 from oar.owner.subscriptions import active_subscriptions
 from oar.schedules import schedules
-from oar.sessions import groups, sessions
-from oar.sessions import state as session_state
+from oar.sessions import groups, session_state, sessions
 from oar.turns import outside, turns
 from oar.watching import subscription_rules
 
