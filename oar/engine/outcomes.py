@@ -22,7 +22,7 @@ from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
 from oar.core.statuses import TurnStatus
 from oar.core.timeutil import utcnow
-from oar.openclaw import runs as openclaw_runs
+from oar.openclaw import openclaw_runs
 from oar.providers import usage
 from oar.providers.base import Usage
 from oar.turns import outcome_rows as rows

@@ -17,7 +17,7 @@ from oar.core.models import AgentToken, Group, Message, Schedule, Session
 from oar.core.statuses import ERRED_TURN, LIVE_TURN, UNANSWERED_TURN, TurnStatus
 from oar.core.timeutil import utcnow
 from oar.openclaw.access import overrides
-from oar.openclaw.runs import provenance_of
+from oar.openclaw.openclaw_runs import provenance_of
 from oar.owner.inbox import decided_lately, pending_count, pending_questions
 from oar.owner.providers import provider_view
 from oar.owner.subscriptions import active_subscriptions
