@@ -42,7 +42,7 @@ class NtfyServer:
         received = self.buttons
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the http.server name
+            def do_POST(self) -> None:  # the http.server name
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 received.put(json.loads(self.headers.get("X-Actions") or "[]"))
                 self.send_response(200)

@@ -6,7 +6,7 @@ watcher: 10,000 `turn_end` events are held 2,000,000 times (in one bundle row pe
 and ingested batch, docs/events.md#how-events-are-held). The relay runs as production
 does (gunicorn, `oar worker`, `oar clock`, embedded Redis, SQLite); the events are written
 by this process into the relay's database exactly as the relay's own emitters write them
-(`oar.events.record`, one write transaction each), and the engine is poked (an ingest job
+(`oar.core.events.record`, one write transaction each), and the engine is poked (an ingest job
 enqueued) after every 100 of them — the relay pokes after every turn end; a poke that finds
 nothing new only costs a job. Figures:
 

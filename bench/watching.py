@@ -1,4 +1,4 @@
-"""`python -m bench watching`: what metrics and traces cost per agent call (docs/benchmarks.md#watching-it).
+"""`python -m bench watching`: what metrics and traces cost per agent call (docs/benchmarks.md#watching-it-python--m-bench-watching).
 
 A `read_session` call (the relay's fastest, so the one where an added cost shows most) is made
 through the WSGI app in a child process of its own, as `python -m bench caches` makes it, with
@@ -66,7 +66,7 @@ def dropping_receiver() -> Iterator[str]:
     """An OTLP/HTTP endpoint that answers every export 200 and keeps nothing."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        def do_POST(self) -> None:  # http.server's name
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             self.send_response(200)
             self.send_header("Content-Length", "0")

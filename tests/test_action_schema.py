@@ -11,11 +11,12 @@ import pytest
 from oar.actions import reference
 from oar.actions.args import check_arguments
 from oar.actions.catalog import load_actions, ordered_actions
-from oar.actions.schema import action_schemas, arguments_schema, relay_tool, system_prompt
+from oar.actions.schema import arguments_schema, relay_tool, system_prompt
 from oar.cli.main import main
 from oar.core.errors import ActionError
 from oar.core.fields import Param
 from oar.core.schema import param_schema
+from tests.support.product_probes import action_schemas
 
 ACTIONS = load_actions()
 

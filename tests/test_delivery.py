@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from oar.watching import delivery
 from oar.watching.quiet_hours import parse
+from tests.support.product_probes import wakeups_in_hour
 
 T0 = datetime(2026, 6, 1, 12, 0)
 TIMING = delivery.Timing()
@@ -108,7 +109,7 @@ def test_no_event_is_lost_or_delivered_twice(stream: list[tuple[int, str]], subs
     for key, (offset, kind) in enumerate(arrivals):
         now = T0 + timedelta(seconds=offset)
         deliver_until(now)
-        count = delivery.wakeups_in_hour(wakeups, now, TIMING)
+        count = wakeups_in_hour(wakeups, now, TIMING)
         due, reason, _ = delivery.due_for(subscriptions, kind, now, held, count, TIMING)
         assert due >= now
         held.append(delivery.Held(key, due, reason, kind in delivery.URGENT_KINDS))

@@ -9,7 +9,7 @@ them, bench/load.py's closed-loop generator reads those conversations as fast as
 Asserts: no 5xx and no "database is locked" (in answers or in any process's log), no traceback
 in the logs, every wait answered. Prints p50/p99 of the reads and of how late the waits that ran
 out answered after their `wait_seconds`. Short form ~25 s; the full form (OAR_SUITE=full) runs
-5 minutes: `OAR_SUITE=full python -m pytest tests/test_load.py -s` (docs/benchmarks.md#load-suite).
+5 minutes: `OAR_SUITE=full python -m pytest tests/test_load.py -s` (docs/benchmarks.md#load-suite-teststest_loadpy).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from oar.core.db import database
 from oar.core.models import Session
 from oar.core.timeutil import utcnow
 from oar.engine.reconciler import reconcile
-from oar.openclaw import runs
+from oar.openclaw import openclaw_runs
 from oar.openclaw.models import Run
 from oar.openclaw.params import input_schema
 from oar.schedules import schedules
@@ -183,7 +183,7 @@ def _run(run_id: str) -> Run:
 def _sweep(relay: Relay, minutes: float = 0) -> dict[str, int]:
     assert relay.runtime is not None
     with database.connection_context():
-        return runs.sweep(relay.runtime, utcnow() + timedelta(minutes=minutes))
+        return openclaw_runs.sweep(relay.runtime, utcnow() + timedelta(minutes=minutes))
 
 
 # sessions_send ---------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import requests
 
-from oar.core import defaults, keys
+from oar.core import defaults, ids, keys
 from oar.core.config import Config
 from oar.core.db import database
 from oar.core.models import Provider as ProviderRow
@@ -801,6 +801,18 @@ def test_watching_counts_the_open_sessions_an_all_subscription_sees(relay: Relay
     assert "watching 2 sessions" in page and "desk watches all sessions but 1" in page
     relay.owner.post(f"/api/v1/owner/sessions/{others[1].session_id}/archive")
     assert "watching 1 session " in text_of(owner.get("/")) + " "
+
+
+def test_watching_counts_no_stand_in_as_the_list_shows_none(relay: Relay, owner: Browser, desk: Agent) -> None:
+    """A stand-in for another relay's calling conversation (docs/relays.md#on-the-receiving-relay)
+    is not listed, so an ["all"] subscription's count on the page leaves it out too."""
+    for title in ("build", "docs"):
+        relay.conversation(title)
+    desk.ok("subscribe", sessions=["all"])
+    with database.connection_context():
+        SessionRow.create(id=ids.session_id(), title="caller on build-box", provider="remote", remote_relay="build-box")
+    page = text_of(owner.get("/"))
+    assert "watching 2 sessions" in page and "caller on build-box" not in page
 
 
 def test_bad_card_decisions_and_answers_on_the_page_say_why_and_change_nothing(

@@ -6,10 +6,10 @@ from datetime import datetime
 
 import pytest
 
-from oar.watching.quiet_hours import BadQuietHours, parse, release_time, window_around
+from oar.watching.quiet_hours import BadQuietHours, QuietHours, parse, release_time, window_around
 
 
-def quiet(start: str, end: str, tz: str):  # noqa: ANN201 - a QuietHours
+def quiet(start: str, end: str, tz: str) -> QuietHours:
     checked = parse({"from": start, "to": end, "tz": tz})
     assert checked is not None
     return checked

@@ -131,7 +131,7 @@ def first_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FirstRun]:
     run_line, _test_line = readme_commands()
     command = shlex.split(run_line)  # a simple command, as a person types it at a shell's prompt
     assert shlex.join(command) == run_line, run_line
-    log = open(folder / "first-run.log", "w")  # noqa: SIM115 - closed after the process
+    log = open(folder / "first-run.log", "w")  # closed after the process
     process = subprocess.Popen(
         command, cwd=checkout, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=log, text=True, start_new_session=True,

@@ -1,4 +1,4 @@
-"""What a streamed token costs, bounded (docs/benchmarks.md#provider-streaming): the reply
+"""What a streamed token costs, bounded (docs/benchmarks.md#provider-streaming-python--m-bench-providers): the reply
 text reaches the database a bounded number of times a second whatever the token rate (the
 runner's partial writer on a real SQLite database, its clock stepped by the test), and a
 stream needs no thread beside it to be stoppable (a real HTTP stream from the fake LLM)."""

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from oar.background import output_files, output_store, task_recovery
-from oar.background.task_output import BLOCK_BYTES, WINDOW_MAX_BYTES, read_window, render, window_of
+from oar.background.task_output import BLOCK_BYTES, WINDOW_MAX_BYTES, Window, read_window, render, window_of
 from oar.core.db import database, write_transaction
 from oar.core.models import Task, TaskOutputChunk
 from oar.core.timeutil import utcnow
 from tests.support.clients import Agent
+from tests.support.product_probes import has_output
 from tests.support.relays import Relay
 
 MB = 1024 * 1024
@@ -34,7 +35,7 @@ def copy(task_id: str, path: Path) -> bool:
         return output_store.copy_new_bytes(task_id, handle)
 
 
-def stored_window(task_id: str, lines: int, max_bytes: int = WINDOW_MAX_BYTES):  # noqa: ANN201 - a Window
+def stored_window(task_id: str, lines: int, max_bytes: int = WINDOW_MAX_BYTES) -> Window:
     return window_of(output_store.pieces_from_the_end(task_id), lines, max_bytes)
 
 
@@ -100,9 +101,9 @@ def test_forgetting_removes_the_stored_output(task_id: str, tmp_path: Path) -> N
     path.write_bytes(b"x\n" * 100_000)
     with database.connection_context():
         copy(task_id, path)
-        assert output_store.has_output(task_id)
+        assert has_output(task_id)
         output_store.forget([task_id])
-        assert not output_store.has_output(task_id)
+        assert not has_output(task_id)
         assert stored_window(task_id, 50).size == 0
 
 

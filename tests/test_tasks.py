@@ -221,7 +221,7 @@ def test_a_missing_output_file_is_said_in_a_note(relay: Relay, desk: Agent) -> N
         assert body["tail"] == [] and "output file is gone" in body["note"]
 
 
-def test_a_task_whose_worker_died_is_failed_by_the_reconciler(recovery: Any) -> None:  # noqa: F811
+def test_a_task_whose_worker_died_is_failed_by_the_reconciler(recovery: Any) -> None:
     stack, relay, _redis = recovery
     relay.settings(allow_shell_tasks=True)
     desk = relay.conversation("desk")

@@ -1,5 +1,4 @@
-"""RQ jobs: ingest new events, and deliver the events due at a due time (`deliver_due`; `deliver`
-is one watcher's, as earlier versions enqueued it)."""
+"""RQ jobs: ingest new events, and deliver the events due at a due time."""
 
 from __future__ import annotations
 
@@ -23,9 +22,3 @@ def deliver_due(stamp: int) -> int:
     finally:
         database.close()
 
-
-def deliver(watcher_id: str) -> str:
-    try:
-        return delivering.run_job(current(), watcher_id, utcnow)
-    finally:
-        database.close()

@@ -16,8 +16,7 @@ from oar.core.shapes import CWD, EFFORT, GROUP, MODE, MODEL, RELAY, SESSION, TIT
 from oar.core.statuses import LIVE_TURN, OPEN_TURN, TaskStatus, TurnStatus
 from oar.core.work_folders import RelayPlaces
 from oar.providers.choice import Requested, choose
-from oar.sessions import groups, sessions
-from oar.sessions import state as session_state
+from oar.sessions import groups, session_state, sessions
 from oar.sessions.folders import check_folder
 from oar.turns import turns
 

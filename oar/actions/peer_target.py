@@ -12,7 +12,7 @@ from oar.actions.context import CallContext, Caller
 from oar.actions.registry import ActionSpec
 from oar.actions.targets import Unlocked
 from oar.core.errors import ActionError
-from oar.federation import asks, events, peers
+from oar.federation import peer_asks, peer_events, peers
 from oar.federation.client import Origin, refusal
 from oar.federation.models import Peer
 from oar.sessions import rules
@@ -81,11 +81,11 @@ class PeerTarget:
         if answer.get("ok") is not True:
             raise refusal(answer)
         if spec.name == "ask":  # kept there; this relay checks there for its answer
-            asks.record(ctx.runtime, self.peer, ctx.caller, answer, args, origin.hops)
+            peer_asks.record(ctx.runtime, self.peer, ctx.caller, answer, args, origin.hops)
         elif spec.name == "subscribe":  # kept there; this relay fetches its events
-            events.record_subscription(self.peer, ctx.caller, answer)
+            peer_events.record_subscription(self.peer, ctx.caller, answer)
         elif spec.name == "unsubscribe":
-            events.end_subscriptions(self.peer, ctx.caller, str(args.get("subscription_id") or ""))
+            peer_events.end_subscriptions(self.peer, ctx.caller, str(args.get("subscription_id") or ""))
         result = {key: value for key, value in answer.items() if key not in ("ok", "relay")}
         if spec.name == "relay_info" and peers.lacks(self.peer, "groups"):
             result["groups"] = None

@@ -23,8 +23,7 @@ from oar.federation import peers, provenance
 from oar.federation.models import Peer
 from oar.providers.base import Provider
 from oar.providers.choice import Requested, choose, pick_provider
-from oar.sessions import groups, rules, sessions
-from oar.sessions import state as session_state
+from oar.sessions import groups, rules, session_state, sessions
 from oar.sessions.folders import check_folder
 from oar.turns import still_working as background
 from oar.turns import turns

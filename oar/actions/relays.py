@@ -87,7 +87,7 @@ def relay_info(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """What the relay offers: providers, folders, groups."""
     configured = providers.configured()
     visible = ctx.view.where()  # the sessions this conversation sees (docs/rules.md#visibility)
-    with_folder = Session.cwd.is_null(False) & (Session.deleted == False)  # noqa: E712
+    with_folder = Session.cwd.is_null(False) & Session.live()
     recent_cwds = [
         row.cwd
         for row in Session.select(Session.cwd)

@@ -77,11 +77,6 @@ def call_schemas() -> dict[str, dict[str, Any]]:
     return {spec.name: call_schema(spec) for spec in ordered_actions()}
 
 
-def action_schemas() -> dict[str, dict[str, Any]]:
-    """Every action's arguments schema, in reading order."""
-    return {spec.name: arguments_schema(spec) for spec in ordered_actions()}
-
-
 @cache
 def relay_tool() -> ToolDefinition:
     """The one `relay_tool` function: `action` (an enum of every action) and every argument of

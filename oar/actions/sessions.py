@@ -22,8 +22,7 @@ from oar.core.shapes import RELAY, SESSION
 from oar.core.statuses import OPEN_TURN, TaskStatus, TurnStatus
 from oar.core.timeutil import iso
 from oar.core.words import plural
-from oar.sessions import groups, sessions
-from oar.sessions import state as session_state
+from oar.sessions import groups, session_state, sessions
 from oar.turns.turns import MESSAGE_COLUMNS, badge, clip_reply
 
 SCOPES = ("active", "recent", "all", "archived")
@@ -70,7 +69,7 @@ def _sessions_query(scope: str, text: str | None, *, cursor: bool, visible: Any 
             session_state.busy_exists().alias("busy_now"),
             session_state.background_exists().alias("background_now"),
             task_views.shown_exists(keep_since).alias("has_shown_tasks"),
-        ).where((Session.deleted == False) & Session.remote_relay.is_null())  # noqa: E712
+        ).where(Session.live_local())
         if visible is not None:
             query = query.where(visible)
         if scope == "archived":
@@ -231,7 +230,7 @@ _READ = Prepared(
         task_views.shown_exists(keep_since).alias("has_shown_tasks"),
         questions.pending_exists().alias("has_pending_questions"),
     )
-    .where((Session.id == session_id) & (Session.deleted == False))  # noqa: E712
+    .where((Session.id == session_id) & Session.live())
     .limit(1)
 )
 

@@ -19,7 +19,7 @@ from oar.core.fields import Param
 from oar.core.models import Session, Subscription
 from oar.core.shapes import RELAY
 from oar.core.statuses import SubscriptionEndReason
-from oar.federation import events as peer_events
+from oar.federation import peer_events
 from oar.sessions import sessions
 from oar.watching import delivery, ingest, lifetime, subscription_rules, views
 from oar.watching.quiet_hours import BadQuietHours, parse

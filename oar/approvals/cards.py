@@ -381,7 +381,7 @@ def decided_since(since: datetime, limit: int) -> list[dict[str, Any]]:
     """Cards decided, expired or withdrawn since `since`, newest first (the Inbox's "Decided lately")."""
     rows = (
         Card.select(Card, Session).join(Session)
-        .where((Card.status != CardStatus.PENDING) & (Card.decided_at >= since) & (Session.deleted == False))  # noqa: E712
+        .where((Card.status != CardStatus.PENDING) & (Card.decided_at >= since) & Session.live())
         .order_by(Card.decided_at.desc()).limit(limit)
     )
     return [shape(card) for card in rows]
@@ -406,7 +406,7 @@ def _pending_query() -> Any:
     return (
         Card.select(Card, Session)
         .join(Session)
-        .where((Card.status == CardStatus.PENDING) & (Session.deleted == False))  # noqa: E712
+        .where((Card.status == CardStatus.PENDING) & Session.live())
         .order_by(Card.created_at)
     )
 

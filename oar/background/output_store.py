@@ -145,10 +145,6 @@ def pieces_from_the_end(task_id: str) -> Iterator[tuple[int, bytes]]:
         batch = min(batch * 4, LARGEST_FETCH)
 
 
-def has_output(task_id: str) -> bool:
-    return TaskOutputChunk.select().where(TaskOutputChunk.task == task_id).exists()
-
-
 def forget(task_ids: list[str]) -> None:
     """Remove the stored output of these tasks (past the hour it stays readable)."""
     if task_ids:

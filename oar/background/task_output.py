@@ -46,7 +46,7 @@ def read_window(source: str | os.PathLike[str] | BinaryIO, want_lines: int, max_
     """The last lines of a file (a path, or a file opened for reading, which is closed), read
     backwards in blocks until `want_lines` console lines (after folding) exist or `max_bytes`
     were read. Raises FileNotFoundError."""
-    handle = open(source, "rb") if isinstance(source, (str, os.PathLike)) else source  # noqa: SIM115 - closed below
+    handle = open(source, "rb") if isinstance(source, (str, os.PathLike)) else source  # closed below
     with handle:
         return window_of(_file_blocks(handle, handle.seek(0, os.SEEK_END)), want_lines, max_bytes)
 

@@ -1,7 +1,7 @@
 """Configuration: documented defaults, then the environment, then a caller's overrides.
 
 Every setting has a default that gives a complete embedded relay with no configuration
-(docs/operations.md#running-the-relay). Time constants of ``oar.defaults`` are read from ``OAR_<NAME>`` as well.
+(docs/operations.md#running-the-relay). Time constants of ``oar.core.defaults`` are read from ``OAR_<NAME>`` as well.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -154,7 +154,7 @@ class Config:
     metrics_dir: Path | None = None
 
     def time(self, name: str) -> float:
-        """A time constant of ``oar.defaults``, as overridden by the environment."""
+        """A time constant of ``oar.core.defaults``, as overridden by the environment."""
         return self.times.get(name, getattr(defaults, name))
 
     @property
@@ -232,5 +232,3 @@ def check(config: Config) -> None:
     if config.trust_proxy < 0:
         raise ConfigError("OAR_TRUST_PROXY must be 0 (no proxy) or the number of proxies in front. The relay did not start.")
 
-
-CONFIG_FIELDS = tuple(f.name for f in fields(Config))

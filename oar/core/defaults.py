@@ -1,7 +1,7 @@
 """Every limit and time constant of the relay, each with the line that says what it is.
 
 Time constants can be overridden from the environment as ``OAR_<NAME>`` (see
-``oar.config``), so that tests and demos can run them fast; the values here are the
+``oar.core.config``), so that tests and demos can run them fast; the values here are the
 documented defaults (docs/limits.md).
 """
 
@@ -104,7 +104,7 @@ TURN_STALE_SECONDS = 30
 # The clock runs the reconciler this often; its due-time timer sleeps at most this long.
 RECONCILE_SECONDS = 5
 # Partial reply text is written to the database at most this often while streaming: four
-# writes a second per turn whatever the token rate (docs/benchmarks.md#provider-streaming).
+# writes a second per turn whatever the token rate (docs/benchmarks.md#provider-streaming-python--m-bench-providers).
 PARTIAL_WRITE_SECONDS = 0.25
 # A turn checks the database for a stop request this often when Redis is unreachable.
 STOP_POLL_SECONDS = 1.0

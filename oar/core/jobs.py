@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 RUN_TURNS = "workers.turns.run_turns"
 # How long Redis keeps a finished turn job. Not 0: RQ deletes such a job from every registry
 # as it ends, which costs the worker twice the CPU of letting it expire (0.6 ms more a turn,
-# docs/benchmarks.md#provider-streaming), and every turn of a busy worker ends beside others.
+# docs/benchmarks.md#provider-streaming-python--m-bench-providers), and every turn of a busy worker ends beside others.
 TURN_JOB_KEPT_SECONDS = 10
 RUN_TASK = "workers.tasks.run_task"
 FIRE_SCHEDULE = "workers.schedules.fire"
@@ -29,12 +29,10 @@ DELIVER_DUE = "workers.delivery.deliver_due"
 CHECK_PEER_ASKS = "workers.peers.check_asks"
 # Fetching a paired relay's events for the subscriptions this relay's conversations keep there.
 FETCH_PEER_EVENTS = "workers.peers.fetch_events"
-# One watcher's delivery: only jobs enqueued by earlier versions still carry it.
-DELIVER_ONE = "workers.delivery.deliver"
 # Turn what waits for the owner into notifications and send what is due (docs/notifications.md).
 SEND_NOTIFICATIONS = "workers.notifications.send_due"
 EVERY_JOB = (RUN_TURNS, RUN_TASK, FIRE_SCHEDULE, INGEST_EVENTS, DELIVER_DUE, CHECK_PEER_ASKS, FETCH_PEER_EVENTS,
-             DELIVER_ONE, SEND_NOTIFICATIONS)
+             SEND_NOTIFICATIONS)
 # Written by oar.notifications with every change of the channels: how many there are, so that a
 # poke costs one indexed read on a relay that notifies nobody.
 NOTIFY_CHANNELS_KEY = "notification_channels"

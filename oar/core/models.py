@@ -124,6 +124,19 @@ class Session(BaseModel):
         # id in the index they read in its order, without a sort of their own.
         indexes = ((("archived", "last_activity_at", "id"), False), (("last_activity_at", "id"), False))
 
+    @classmethod
+    def live(cls, archived: bool | None = None) -> pw.Expression:
+        """The condition of a session that is not deleted: what an agent's token, a card, a question
+        or a subscription still belongs to. With `archived`, only archived or only open ones."""
+        condition = cls.deleted == False  # noqa: E712
+        return condition if archived is None else condition & (cls.archived == archived)
+
+    @classmethod
+    def live_local(cls, archived: bool | None = None) -> pw.Expression:
+        """`live()` and not a stand-in for another relay's conversation: the sessions lists show,
+        count and agents name."""
+        return cls.live(archived) & cls.remote_relay.is_null()
+
 
 class AgentToken(BaseModel):
     """An agent token for a session, stored as its SHA-256 hash."""

@@ -20,11 +20,10 @@ from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
 from oar.engine.due_timer import DueTimer
 from oar.engine.reconciler import reconcile
-from oar.federation import asks as peer_asks
-from oar.federation import events as peer_events
+from oar.federation import peer_asks, peer_events
 from oar.mcp_tasks import store as mcp_task_store
 from oar.notifications import sweep as notifications
-from oar.openclaw import runs as openclaw_runs
+from oar.openclaw import openclaw_runs
 from oar.owner.bootstrap import refuse_newer_schema
 from oar.schedules.schedules import fire_due
 from oar.watching.pruning import prune_if_due

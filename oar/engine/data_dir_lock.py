@@ -64,7 +64,7 @@ class DataDirLock:
 
     def acquire(self) -> None:
         """Take the lock, or raise `AnotherLauncher` with the holder's pid."""
-        lock = open(self.data_dir / LOCK_FILE, "a+")  # noqa: SIM115 - held until release()
+        lock = open(self.data_dir / LOCK_FILE, "a+")  # held until release()
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -97,7 +97,7 @@ def _run(config: Config, lock: DataDirLock) -> int:
         # thread that forked, and this one lives as long as the launcher.
         child = subprocess.Popen(
             commands[name], cwd=PROJECT, env=env, start_new_session=True,
-            preexec_fn=lifeline.die_with_parent,  # noqa: PLW1509 - no other thread runs at fork
+            preexec_fn=lifeline.die_with_parent,  # no other thread runs at fork
             stdout=subprocess.DEVNULL if name == "redis" else None,
         )
         children[name] = child

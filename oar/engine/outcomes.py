@@ -3,7 +3,7 @@
 On SQLite the outcomes of turns that end together in one worker process are written in one
 transaction (a group commit): SQLite has one writer, and 25 turns ending within the same
 tenth of a second each waited behind the others' whole transactions, one lock hand-over
-each (docs/benchmarks.md#provider-streaming). The first turn to arrive writes every outcome
+each (docs/benchmarks.md#provider-streaming-python--m-bench-providers). The first turn to arrive writes every outcome
 waiting by then, each in a savepoint of its own, so that one that fails undoes only itself;
 the others find theirs written when their turn comes. PostgreSQL locks rows, not the
 database: there each outcome keeps a transaction of its own, as a batch locking several
@@ -22,7 +22,7 @@ from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
 from oar.core.statuses import TurnStatus
 from oar.core.timeutil import utcnow
-from oar.openclaw import runs as openclaw_runs
+from oar.openclaw import openclaw_runs
 from oar.providers import usage
 from oar.providers.base import Usage
 from oar.turns import outcome_rows as rows
@@ -137,7 +137,7 @@ def _write(outcome: _Outcome) -> None:
     keep_reply = status == TurnStatus.DONE or (status == TurnStatus.STOPPED and text)
     reply_id = ids.message_id() if keep_reply else None
     # Stamped once the lock is held: `completed_at` is when the outcome is written, not when
-    # the turn began waiting for its write (docs/benchmarks.md#provider-streaming).
+    # the turn began waiting for its write (docs/benchmarks.md#provider-streaming-python--m-bench-providers).
     now = utcnow()
     lock_rows(Session.select(Session.id).where(Session.id == turn.session_id))
     for provider_name, reported in outcome.used:

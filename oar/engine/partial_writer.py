@@ -24,7 +24,7 @@ class PartialWriter:
     """Collects the streamed reply and writes it to the database at most every `interval` s.
 
     A write rewrites the whole partial text, so its cost grows with the reply: the interval,
-    not the token rate, bounds the writes per second (docs/benchmarks.md#provider-streaming).
+    not the token rate, bounds the writes per second (docs/benchmarks.md#provider-streaming-python--m-bench-providers).
     The first text is written at once; the final text is written by `finish`, at once too.
     """
 

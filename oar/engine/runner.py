@@ -198,7 +198,7 @@ class TurnWatcher(threading.Thread):
         It neither waits for the thread to exit nor wakes it (`close` does both, after the
         outcome is recorded): the thread may be in a database check or waiting for a core, and
         neither that wait nor a Redis round trip should come between the stream's end and the
-        recorded outcome (docs/benchmarks.md#provider-streaming). A stop that the watcher sees
+        recorded outcome (docs/benchmarks.md#provider-streaming-python--m-bench-providers). A stop that the watcher sees
         only now came after the reply was complete; a stop that ended the stream had set these
         before it cancelled.
         """

@@ -23,7 +23,7 @@ from oar.core.models import Message, Session
 from oar.core.ratelimit import refuse_over_limit
 from oar.core.runtime import Runtime
 from oar.core.statuses import TaskStatus
-from oar.openclaw import tools as openclaw_tools
+from oar.openclaw import openclaw_tools
 from oar.providers.base import TaskEnded, TaskReported
 
 log = logging.getLogger(__name__)

@@ -94,7 +94,7 @@ def waiting_items(runtime: Runtime, now: datetime) -> list[tuple[str, Item]]:
     )
     questions = list(
         Question.select(Question, Session.id, Session.title).join(Session)
-        .where((Question.status == QuestionStatus.PENDING) & (Session.deleted == False))  # noqa: E712
+        .where((Question.status == QuestionStatus.PENDING) & Session.live())
         .order_by(Question.created_at)
     )
     keys = [f"card:{card.id}" for card in cards] + [f"question:{question.id}" for question in questions]

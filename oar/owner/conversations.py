@@ -19,8 +19,7 @@ from oar.core.work_folders import RelayPlaces, ensure_own_folder
 from oar.federation import peers
 from oar.providers.choice import Requested, choose
 from oar.schedules import schedules
-from oar.sessions import groups, sessions
-from oar.sessions import state as session_state
+from oar.sessions import groups, session_state, sessions
 from oar.sessions.folders import check_folder
 from oar.turns import outside, turns
 
@@ -107,7 +106,7 @@ def list_sessions(runtime: Runtime) -> list[dict[str, Any]]:
     """Every session not deleted, most recently active first, as the owner API lists them."""
     rows = list(
         Session.select()
-        .where((Session.deleted == False) & Session.remote_relay.is_null())  # noqa: E712
+        .where(Session.live_local())
         .order_by(Session.last_activity_at.desc())
         .limit(SESSIONS_LISTED)
     )

@@ -29,7 +29,7 @@ def pending_questions() -> list[dict[str, Any]]:
     pending = (
         Question.select(Question, Session.id, Session.title)
         .join(Session)
-        .where((Question.status == QuestionStatus.PENDING) & (Session.deleted == False))  # noqa: E712
+        .where((Question.status == QuestionStatus.PENDING) & Session.live())
         .order_by(Question.created_at)
     )
     listed = []
@@ -47,7 +47,7 @@ def pending_count() -> int:
     """How many cards and questions wait for the owner (the page's Inbox badge)."""
     waiting = (
         Question.select().join(Session)
-        .where((Question.status == QuestionStatus.PENDING) & (Session.deleted == False))  # noqa: E712
+        .where((Question.status == QuestionStatus.PENDING) & Session.live())
         .count()
     )
     return waiting + cards.pending_count()
@@ -67,7 +67,7 @@ def decided_lately(now: datetime) -> list[dict[str, Any]]:
     answered = (
         Question.select(Question, Session.id, Session.title).join(Session)
         .where((Question.status != QuestionStatus.PENDING) & (Question.answered_at >= since)
-               & (Session.deleted == False))  # noqa: E712
+               & Session.live())
         .order_by(Question.answered_at.desc()).limit(shown)
     )
     for question in answered:

@@ -15,7 +15,7 @@ from oar.background import masking
 from oar.core.errors import not_found
 from oar.core.models import Provider as ProviderRow
 from oar.core.runtime import Runtime
-from oar.providers import settings as provider_settings
+from oar.providers import provider_settings
 
 # Names of environment variables whose values are write-only: keys, tokens, passwords and the like
 # (`AUTH` but not `AUTHOR`: GIT_AUTHOR_NAME is no secret).

@@ -17,7 +17,7 @@ def active_subscriptions() -> list[Subscription]:
     """Every active subscription of a session not deleted, oldest first."""
     return list(
         Subscription.select().join(Session)
-        .where(Subscription.ended_at.is_null() & (Session.deleted == False))  # noqa: E712
+        .where(Subscription.ended_at.is_null() & Session.live())
         .order_by(Subscription.created_at)
     )
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-# Aliased: `oar.providers.settings` (the provider configuration) is a submodule of this package.
-from oar.core import settings as stored_values
+from oar.core import settings
 from oar.core.models import Provider as ProviderRow
 from oar.core.timeutil import iso, utcnow
 from oar.providers.base import Provider
@@ -47,7 +46,7 @@ def configured() -> list[Provider]:
 def unreachable() -> set[str]:
     """Providers whose server did not answer the last time the relay called it (a cached
     probe: the last turn's request or the model discovery; no call is made here)."""
-    noted = stored_values.get_value(REACHABILITY_KEY)
+    noted = settings.get_value(REACHABILITY_KEY)
     if not isinstance(noted, dict):
         return set()
     return {name for name, entry in noted.items() if isinstance(entry, dict) and entry.get("reachable") is False}
@@ -56,7 +55,7 @@ def unreachable() -> set[str]:
 def note_reachable(name: str, reachable: bool | None) -> None:
     """Remember whether the provider's server answered (None: forget, e.g. it was reconfigured);
     written only when that changes."""
-    noted = stored_values.get_value(REACHABILITY_KEY)
+    noted = settings.get_value(REACHABILITY_KEY)
     noted = dict(noted) if isinstance(noted, dict) else {}
     if (noted.get(name) or {}).get("reachable") is reachable:
         return
@@ -64,18 +63,18 @@ def note_reachable(name: str, reachable: bool | None) -> None:
         noted.pop(name, None)
     else:
         noted[name] = {"reachable": reachable, "at": iso(utcnow())}
-    stored_values.set_value(REACHABILITY_KEY, noted)
+    settings.set_value(REACHABILITY_KEY, noted)
 
 
 def default_provider() -> Provider | None:
     """The saved default provider; one that is no longer configured is repaired to the first
     configured one, and the repair is saved (a state repair, not a settings change)."""
     listed = configured()
-    saved = stored_values.get_value(DEFAULT_PROVIDER_KEY)
+    saved = settings.get_value(DEFAULT_PROVIDER_KEY)
     chosen = next((provider for provider in listed if provider.name == saved), None)
     if chosen is None and listed:
         chosen = listed[0]
-        stored_values.set_value(DEFAULT_PROVIDER_KEY, chosen.name)
+        settings.set_value(DEFAULT_PROVIDER_KEY, chosen.name)
     return chosen
 
 

@@ -1,4 +1,4 @@
-"""`external`: the turn's reply comes from an agent process attached over HTTP (oar.external).
+"""`external`: the turn's reply comes from an agent process attached over HTTP (oar.turns.external, served by oar.web.external).
 
 The process posts `{text}` deltas, `{activity}` lines, `{usage: {input_tokens,
 output_tokens}}`, and finally `{done: true}` or `{error: "…"}`; this provider turns them

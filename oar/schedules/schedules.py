@@ -41,10 +41,6 @@ def timing_of(schedule: Schedule) -> Timing:
     )
 
 
-def is_active(schedule: Schedule) -> bool:
-    return schedule.ended_at is None
-
-
 def active_into(session_id: str) -> int:
     return Schedule.select().where((Schedule.target == session_id) & Schedule.ended_at.is_null()).count()
 

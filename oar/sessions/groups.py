@@ -14,11 +14,11 @@ import peewee as pw
 from oar.core import defaults, ids
 from oar.core.errors import ActionError
 from oar.core.models import Group, Session
-from oar.sessions.state import busy_session_ids, state_of
+from oar.sessions.session_state import busy_session_ids, state_of
 
 
 def live_members(group: Group) -> pw.ModelSelect[Session]:
-    return Session.select().where((Session.group == group) & (Session.deleted == False))  # noqa: E712
+    return Session.select().where((Session.group == group) & Session.live())
 
 
 def display_name(group: Group) -> str:
@@ -82,7 +82,7 @@ def active_groups(visible: Any = None) -> pw.ModelSelect[Group]:
     """Groups with at least one non-deleted session (that `visible`, a condition on `Session`,
     keeps), most recently active first."""
     last_activity = pw.fn.MAX(Session.last_activity_at).alias("last_activity")
-    condition = (Group.dissolved == False) & (Session.deleted == False)  # noqa: E712
+    condition = (Group.dissolved == False) & Session.live()  # noqa: E712
     return (
         Group.select(Group, pw.fn.COUNT(Session.id).alias("member_count"), last_activity)
         .join(Session, on=(Session.group == Group.id))

@@ -20,8 +20,7 @@ def busy_sessions_started_by(caller: Session) -> list[Session]:
         Session.select(Session.id, Session.title)
         .where(
             (Session.created_by_session == caller.id)
-            & (Session.archived == False)  # noqa: E712
-            & (Session.deleted == False)  # noqa: E712
+            & Session.live(archived=False)
             & Session.id.in_(busy)
         )
         .order_by(Session.created_at)

@@ -11,21 +11,19 @@ from oar.core.models import AgentToken, Session
 from oar.core.prepared import Prepared
 from oar.core.timeutil import iso, utcnow
 from oar.sessions import groups
-from oar.sessions.state import background_session_ids, busy_session_ids, state_of
-
-MODES = ("agent", "ask", "plan")
+from oar.sessions.session_state import background_session_ids, busy_session_ids, state_of
 
 # Every relay_tool call starts here: one indexed look-up, its SQL built once (oar/core/prepared.py);
 # the session comes with the owner settings' version (`settings_version`, read by `CallContext`).
 _BY_TOKEN = Prepared(
     lambda token_hash: Session.select(*Session._meta.sorted_fields, settings.version_column())
     .join(AgentToken)
-    .where((AgentToken.token_hash == token_hash) & (Session.deleted == False))  # noqa: E712
+    .where((AgentToken.token_hash == token_hash) & Session.live())
     .limit(1)
 )
 _BY_ID = Prepared(
     lambda session_id: Session.select()
-    .where((Session.id == session_id) & (Session.deleted == False) & Session.remote_relay.is_null())  # noqa: E712
+    .where((Session.id == session_id) & Session.live_local())
     .limit(1)
 )
 
@@ -37,7 +35,7 @@ def resolve(reference: str, relay_name: str, nothing: str = "") -> Session:
     if session is None and len(reference) >= defaults.SHORT_ID_CHARS:
         matches = list(
             Session.select()
-            .where(Session.id.startswith(reference) & (Session.deleted == False) & Session.remote_relay.is_null())  # noqa: E712
+            .where(Session.id.startswith(reference) & Session.live_local())
             .limit(2)
         )
         if len(matches) == 1:
@@ -131,7 +129,7 @@ def listed_many(
     rows: list[Session], busy: set[str] | None = None, background: set[str] | None = None
 ) -> list[dict[str, Any]]:
     """Sessions as `list_sessions` shows them. `busy` and `background`: which of them are,
-    when the caller read it with the rows (`state.busy_exists`, `state.background_exists`)."""
+    when the caller read it with the rows (`session_state.busy_exists`, `session_state.background_exists`)."""
     if busy is None:
         busy = busy_session_ids(row.id for row in rows)
     if background is None:

@@ -36,7 +36,7 @@ def tree_of(caller_id: str) -> set[str]:
             break
         frontier = [
             row.id for row in Session.select(Session.id).where(
-                Session.created_by_session.in_(frontier) & (Session.deleted == False)  # noqa: E712
+                Session.created_by_session.in_(frontier) & Session.live()
             ) if row.id not in found
         ]
         found.update(frontier)

@@ -1,4 +1,4 @@
-"""Messages between a run's agents (docs/team-runs.md#messages): direct, or to everyone."""
+"""Messages between a run's agents (docs/team-runs.md#the-tools): direct, or to everyone."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ def insert(session: Session, text: str, provenance: turns.Provenance) -> Message
 def post(runtime: Runtime, session_id: str, text: str, *, kind: str, hops: int = 0) -> Message:
     """Queue `text` into the session as an automated `kind` message and start its turn."""
     with write_transaction():
-        session = Session.get_or_none((Session.id == session_id) & (Session.deleted == False))  # noqa: E712
+        session = Session.get_or_none((Session.id == session_id) & Session.live())
         if session is None or session.archived:
             raise not_found(f"Session {session_id[:8]} is not open for automated messages. Nothing was sent.")
         message = insert(session, text, turns.Provenance(kind=kind, hops=hops))

@@ -2,7 +2,7 @@
 
 A turn is one prompt message and its reply. The prompt row carries the turn's status
 (`queued → running → done | failed | stopped`, or `cancelled`); turns run only in RQ
-workers (`oar.runner`), one at a time per session, in the order they were queued.
+workers (`oar.engine.runner`), one at a time per session, in the order they were queued.
 """
 
 from __future__ import annotations

@@ -108,22 +108,6 @@ def _overdue_watchers(due_by: datetime) -> list[str]:
     ]
 
 
-def run_job(runtime: Runtime, watcher_id: str, now_reader: Any) -> str:
-    """One watcher's delivery job, as earlier versions enqueued it: deliver what is due; when
-    started early, wait a little or leave it to the job of its due time."""
-    due = held.next_due(watcher_id)
-    if due is None:
-        return "nothing"
-    early = (due - now_reader()).total_seconds()
-    if early > EARLY_WAIT_SECONDS:
-        due_jobs.schedule_next(runtime, watcher_id)
-        return "early"
-    if early > 0:
-        with released_connection():
-            time.sleep(early)
-    return deliver(runtime, watcher_id, now_reader())
-
-
 # A delivery pass makes these for each of hundreds of watchers whose windows closed together:
 # their SQL is built once (oar/core/prepared.py).
 _WATCHER = Prepared(lambda watcher_id: Session.select().where(Session.id == watcher_id).limit(1))

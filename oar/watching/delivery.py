@@ -90,11 +90,6 @@ def wakes_watchers(kind: str, started_by: str | None) -> bool:
     return not (kind == "turn_end" and started_by == STARTED_BY_EVENT)
 
 
-def wakeups_in_hour(deliveries: Iterable[datetime], now: datetime, timing: Timing) -> int:
-    since = now - timedelta(seconds=timing.hour_seconds)
-    return sum(1 for moment in deliveries if since < moment <= now)
-
-
 def digest_due(rules: Rules, timing: Timing) -> datetime | None:
     """max(subscription created, previous digest) + N minutes, or None without digests."""
     if not rules.digest_minutes:

@@ -110,7 +110,7 @@ class Holding:
     def _live_sessions(self) -> list[str]:
         if self._live is None:
             self._live = [row.id for row in Session.select(Session.id).where(
-                (Session.archived == False) & (Session.deleted == False)  # noqa: E712
+                Session.live(archived=False)
             )]
         return self._live
 

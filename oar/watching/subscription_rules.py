@@ -111,6 +111,6 @@ def watched_ids(subscription: Subscription, visible: Any = None) -> list[str]:
     those its watcher sees (docs/rules.md#visibility; None: every session)."""
     if subscription.scope == "sessions":
         return list(subscription.sessions or [])
-    live = (Session.archived == False) & (Session.deleted == False) & (Session.id != subscription.watcher_id)  # noqa: E712
+    live = Session.live(archived=False) & (Session.id != subscription.watcher_id)
     rows = Session.select(Session.id).where(live if visible is None else live & visible)
     return [row.id for row in rows if row.id not in (subscription.exclude or [])]

@@ -1,7 +1,7 @@
 """OpenClaw's session tools over HTTP and MCP (docs/openclaw.md): `POST /api/v1/openclaw/<tool>`,
 the MCP endpoint `/mcp/openclaw`, and the owner's per-session send policy.
 
-The session token authenticates as for `/mcp` and `relay_tool`; each call runs `oar.openclaw.tools`,
+The session token authenticates as for `/mcp` and `relay_tool`; each call runs `oar.openclaw.openclaw_tools`,
 which dispatches it as relay_tool's actions.
 """
 
@@ -17,7 +17,7 @@ from oar.actions.context import CallContext
 from oar.core.errors import STATUS_BY_CODE, invalid
 from oar.core.fields import Param, check_fields
 from oar.core.waiting import watched_by
-from oar.openclaw import policy_store, tools
+from oar.openclaw import openclaw_tools, policy_store
 from oar.openclaw.params import DESCRIPTIONS, PARAMS, TOOL_NAMES, tool_list
 from oar.web import mcp_wire, runtime
 from oar.web.auth import require_agent, require_owner
@@ -30,7 +30,7 @@ blueprint = Blueprint("openclaw", __name__)
 
 
 def run_tool(ctx: CallContext, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    _status, body = tools.call(ctx, name, arguments)
+    _status, body = openclaw_tools.call(ctx, name, arguments)
     return body
 
 
@@ -42,7 +42,7 @@ OPENCLAW_TOOLS = mcp_wire.ToolSet(
     ),
     tools=tool_list,
     call=run_tool,
-    failed=tools.failed,
+    failed=openclaw_tools.failed,
     # The tools that wait (for a reply, for a child's first answer): a client of the Tasks extension gets a task for them.
     may_wait=lambda name, _arguments: name in ("sessions_send", "sessions_spawn"),
 )
@@ -65,7 +65,7 @@ def _tool_view(name: str) -> Callable[[], ResponseReturnValue]:
         if not isinstance(payload, dict):
             payload = {} if payload is None and not request.get_data() else payload
         with watched_by(connection_watch(request.environ)):
-            status, body = tools.call(CallContext(runtime=runtime(), caller=caller, via="http"), name, payload)
+            status, body = openclaw_tools.call(CallContext(runtime=runtime(), caller=caller, via="http"), name, payload)
         return jsonify(body), status
 
     view.__name__ = name

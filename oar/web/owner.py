@@ -28,7 +28,7 @@ from oar.owner import (
     subscriptions,
     team_runs,
 )
-from oar.providers import settings as provider_settings
+from oar.providers import provider_settings
 from oar.web import runtime
 from oar.web.auth import require_owner
 from oar.web.bodies import json_body

@@ -8,8 +8,7 @@ from flask import jsonify, request
 from flask.typing import ResponseReturnValue
 
 from oar.core.timeutil import iso, utcnow
-from oar.sessions import sessions
-from oar.sessions import state as session_state
+from oar.sessions import session_state, sessions
 from oar.web import page_views, runtime
 from oar.web.page import blueprint
 

@@ -17,13 +17,12 @@ from oar.core.models import AgentToken, Group, Message, Schedule, Session
 from oar.core.statuses import ERRED_TURN, LIVE_TURN, UNANSWERED_TURN, TurnStatus
 from oar.core.timeutil import utcnow
 from oar.openclaw.access import overrides
-from oar.openclaw.runs import provenance_of
+from oar.openclaw.openclaw_runs import provenance_of
 from oar.owner.inbox import decided_lately, pending_count, pending_questions
 from oar.owner.providers import provider_view
 from oar.owner.subscriptions import active_subscriptions
 from oar.schedules import schedules
-from oar.sessions import groups, sessions
-from oar.sessions import state as session_state
+from oar.sessions import groups, session_state, sessions
 from oar.turns import outside, turns
 from oar.watching import subscription_rules
 
@@ -80,7 +79,7 @@ def tool_lines(activities: list[str] | None) -> list[str]:
 def session_rows(archived: bool) -> list[dict[str, Any]]:
     rows = list(
         Session.select()
-        .where((Session.deleted == False) & (Session.archived == archived) & Session.remote_relay.is_null())  # noqa: E712
+        .where(Session.live_local(archived=archived))
         .order_by(Session.last_activity_at.desc(), Session.id.desc())
         .limit(SESSIONS_SHOWN)
     )
@@ -92,8 +91,9 @@ def session_rows(archived: bool) -> list[dict[str, Any]]:
 
 
 def watching() -> dict[str, Any]:
-    """`watching N sessions` (open sessions any active subscription watches) and a chip per
-    subscription. Counted without loading every session: the page asks every second."""
+    """`watching N sessions` (open sessions any active subscription watches, stand-ins left out as
+    the list leaves them out) and a chip per subscription. Counted without loading every session:
+    the page asks every second."""
     rows = active_subscriptions()
     named = {sid for row in rows if row.scope == "sessions" for sid in row.sessions or []}
     shown = {row.watcher_id for row in rows} | {sid for row in rows for sid in (row.sessions or [])[:3]}
@@ -108,7 +108,7 @@ def watching() -> dict[str, Any]:
                 what += f" and {len(row.sessions) - 3} more"
         chips.append({"id": row.id, "watcher": titles.get(row.watcher_id, row.watcher_id[:8]),
                       "watcherId": row.watcher_id, "what": what, "events": row.events})
-    open_sessions = Session.select(Session.id).where((Session.archived == False) & (Session.deleted == False))  # noqa: E712
+    open_sessions = Session.select(Session.id).where(Session.live_local(archived=False))
     everything = [row for row in rows if row.scope == "all"]
     if everything:
         # Left out by every ["all"] subscription: its watcher and its exclusions.

@@ -64,7 +64,7 @@ class WholeChunkHandler(QuietHandler):
     two TCP segments); it flushes after each chunk, so a buffered writer sends one each. It
     does not flush the last chunk (the end of a chunked body): that waited in the buffer while
     werkzeug looked for unread request bytes for 10 ms, and every streamed turn then ended
-    10 ms after the fake's `last_byte` (docs/benchmarks.md#provider-streaming).
+    10 ms after the fake's `last_byte` (docs/benchmarks.md#provider-streaming-python--m-bench-providers).
     """
 
     wbufsize = -1

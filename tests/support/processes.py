@@ -29,7 +29,7 @@ class ManagedProcess:
     ) -> None:
         self.name = name
         self.log_path = log
-        self._log: IO[bytes] = open(log, "ab")  # noqa: SIM115 - closed when the process is reaped
+        self._log: IO[bytes] = open(log, "ab")  # closed when the process is reaped
         self.popen: subprocess.Popen[Any] = subprocess.Popen(
             [sys.executable, *args], cwd=PROJECT, env=dict(env),
             stdout=subprocess.PIPE if pipe_stdout else self._log,

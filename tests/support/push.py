@@ -24,7 +24,7 @@ class PushService:
         service = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the http.server name
+            def do_POST(self) -> None:  # the http.server name
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 service.pushed.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
                 first = sum(1 for path, _, _ in service.pushed if path == self.path) == 1

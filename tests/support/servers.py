@@ -73,7 +73,7 @@ def serve_json_posts(answer: Callable[[str, dict[str, str], Any], int]) -> Threa
     response's body is `{}`. Served from a daemon thread; `shutdown()` ends it."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - the http.server name
+        def do_POST(self) -> None:  # the http.server name
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             headers = {name.lower(): value for name, value in self.headers.items()}
             status = answer(self.path, headers, json.loads(body or b"{}"))

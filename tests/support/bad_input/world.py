@@ -15,7 +15,7 @@ from tests.support.relays import Relay
 from tests.support.snapshots import snapshot
 
 # docs/errors.md: the HTTP status of each code these tests expect. Written out here on purpose,
-# so that the tests check oar.errors against docs/errors.md rather than against itself.
+# so that the tests check oar.core.errors against docs/errors.md rather than against itself.
 SPEC_STATUS = {
     "REMOTE_RELAY_INVALID_INPUT": 400,
     "REMOTE_RELAY_UNKNOWN_ACTION": 400,

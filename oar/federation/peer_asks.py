@@ -107,7 +107,7 @@ def _apply(runtime: Runtime, peer: Peer, row: PeerAsk, entry: dict[str, Any] | N
             (PeerAsk.id == row.id) & (PeerAsk.status == QuestionStatus.PENDING)
         ).execute()
         if claimed and tell and entry is not None:
-            asker = Session.get_or_none((Session.id == row.asker_id) & (Session.deleted == False))  # noqa: E712
+            asker = Session.get_or_none((Session.id == row.asker_id) & Session.live())
             if asker is not None and not asker.archived:
                 text = f"{automated.EVENT_HEADER}\n{answer_line(peer.name, row, status, entry)}"
                 automated.insert(asker, text, turns.Provenance(kind="event", hops=row.hops))

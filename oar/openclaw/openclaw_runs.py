@@ -136,7 +136,7 @@ def _end(run: Run, outcome: str) -> None:
 
 
 def _open(session_id: str) -> Session | None:
-    return Session.get_or_none((Session.id == session_id) & (Session.archived == False) & (Session.deleted == False))  # noqa: E712
+    return Session.get_or_none((Session.id == session_id) & Session.live(archived=False))
 
 
 # sessions_send: main → reply ⇄ … → announce → done ------------------------------------------------

@@ -28,7 +28,7 @@ from oar.core.models import Message, Session
 from oar.core.shapes import WAIT_SECONDS
 from oar.core.statuses import IN_PROGRESS_TURN, TurnStatus
 from oar.core.waiting import CallerGone
-from oar.openclaw import access, keys, runs
+from oar.openclaw import access, keys, openclaw_runs
 from oar.openclaw.params import PARAMS
 from oar.sessions import sessions as session_store
 
@@ -124,7 +124,7 @@ def sessions_list(ctx: CallContext, raw: dict[str, Any], _run_id: str) -> dict[s
     check_only(ctx, "list_sessions", {})
     caller = ctx.caller
     limit = args.get("limit", defaults.OPENCLAW_LIST_DEFAULT)
-    query = Session.select().where((Session.deleted == False) & (Session.archived == False))  # noqa: E712
+    query = Session.select().where(Session.live(archived=False))
     visible = access.view_of(caller, ctx.settings).where()
     if visible is not None:
         query = query.where(visible)
@@ -189,7 +189,7 @@ def _records(ctx: CallContext, session: Session, limit: int, *, include_tools: b
     else:
         body = _read_session_entries(ctx, payload)
     messages = body["messages"]
-    provenance = runs.provenance_of([message["id"] for message in messages])
+    provenance = openclaw_runs.provenance_of([message["id"] for message in messages])
     records: list[dict[str, Any]] = []
     for message in messages:
         record: dict[str, Any] = {
@@ -242,9 +242,7 @@ def sessions_send(ctx: CallContext, raw: dict[str, Any], run_id: str) -> dict[st
     if args.get("sessionKey"):
         target = keys.resolve(args["sessionKey"], caller, ctx.relay_name)
     else:
-        candidates = Session.select().where(
-            (Session.deleted == False) & (Session.archived == False) & (Session.id != caller.id)  # noqa: E712
-        )
+        candidates = Session.select().where(Session.live(archived=False) & (Session.id != caller.id))
         visible = access.view_of(caller, ctx.settings).where()
         target = keys.by_label(args["label"], list(candidates if visible is None else candidates.where(visible)))
     if target.id == caller.id:
@@ -256,10 +254,10 @@ def sessions_send(ctx: CallContext, raw: dict[str, Any], run_id: str) -> dict[st
     timeout = int(args.get("timeoutSeconds", defaults.OPENCLAW_SEND_TIMEOUT_SECONDS))
     source = keys.source_key(caller)
     body = _dispatched(ctx, {
-        "action": "send", "session": target.id, "text": runs.inter_session_text(source, runs.SEND_TOOL, args["message"]),
+        "action": "send", "session": target.id, "text": openclaw_runs.inter_session_text(source, openclaw_runs.SEND_TOOL, args["message"]),
         "wait_seconds": min(timeout, WAIT_SECONDS.maximum or timeout),
     })
-    runs.start(ctx.runtime, {
+    openclaw_runs.start(ctx.runtime, {
         "id": run_id, "kind": "send", "requester_session_id": caller.id, "requester_runs": ctx.via == "provider",
         "target_session_id": target.id, "request_text": args["message"], "request_message_id": body["message_id"],
         "max_ping_pong": _ping_pong_turns(ctx, keyed),
@@ -313,7 +311,7 @@ def sessions_spawn(ctx: CallContext, raw: dict[str, Any], run_id: str) -> dict[s
     source = keys.source_key(caller)
     payload: dict[str, Any] = {
         "action": "create_session", "provider": agent_id, "wait_seconds": 0,
-        "text": runs.inter_session_text(source, runs.SPAWN_TOOL, args["task"]),
+        "text": openclaw_runs.inter_session_text(source, openclaw_runs.SPAWN_TOOL, args["task"]),
         "title": label or session_store.title_from(args["task"]),
     }
     if args.get("model"):
@@ -322,7 +320,7 @@ def sessions_spawn(ctx: CallContext, raw: dict[str, Any], run_id: str) -> dict[s
         payload["effort"] = args["thinking"]
     body = _dispatched(ctx, payload)
     timeout = args.get("runTimeoutSeconds") or 0
-    runs.start(ctx.runtime, {
+    openclaw_runs.start(ctx.runtime, {
         "id": run_id, "kind": "spawn", "requester_session_id": caller.id, "requester_runs": ctx.via == "provider",
         "target_session_id": body["session"], "child_key": child_key, "agent_id": agent_id, "label": label or None,
         "mode": args.get("mode", "run"), "cleanup": args.get("cleanup", "keep"), "request_text": args["task"],

@@ -224,8 +224,8 @@ def _tell(watcher_id: str, lines: list[str]) -> bool:
     caller's transaction); False when there is nothing to say or nobody to tell."""
     if not lines:
         return False
-    watcher = Session.get_or_none((Session.id == watcher_id) & (Session.deleted == False))  # noqa: E712
-    if watcher is None or watcher.archived or watcher.remote_relay is not None:
+    watcher = Session.get_or_none((Session.id == watcher_id) & Session.live_local(archived=False))
+    if watcher is None:
         return False
     automated.insert(watcher, "\n".join([automated.EVENT_HEADER, *lines]), turns.Provenance(kind="event", hops=0))
     return True
