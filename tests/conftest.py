@@ -122,7 +122,7 @@ def own_database_binding() -> Iterator[None]:
     theirs back afterwards."""
     previous = database.obj
     yield
-    if not database.is_closed():
+    if database.obj is not None and not database.is_closed():  # unbound when the test failed first
         database.close()
     if previous is not None:
         database.initialize(previous)

@@ -45,7 +45,7 @@ class NewerSchema(Exception):
 def migrate() -> list[str]:
     """Apply pending migrations, one process at a time; returns their names. Raises NewerSchema
     (and applies nothing) when the database is newer than this code."""
-    with database.connection_context(), _migration_lock():
+    with _migrating():
         runner = Runner(database.obj, str(MIGRATIONS))
         _refuse_unknown(runner)
         applied = runner.up()
@@ -86,20 +86,24 @@ def _refuse_unknown(runner: Runner) -> None:
 
 
 @contextlib.contextmanager
-def _migration_lock() -> Iterator[None]:
-    """Held while migrations run: on PostgreSQL an advisory lock of the session (released when
-    the connection ends, however the process does); on SQLite, whose file only one machine
-    opens, a lock on a file beside it."""
+def _migrating() -> Iterator[None]:
+    """A connection held under the migration lock, so one process at a time migrates. On
+    PostgreSQL an advisory lock of the connection's session (released when it ends, however the
+    process does). On SQLite, whose file only one machine opens, a lock on a file beside it, taken
+    before the connection opens: opening sets the WAL journal mode, and a second process doing so
+    while the first writes the new database gets "database is locked" without its busy timeout."""
     if is_sqlite():
         with open(f"{database.obj.database}.migrate-lock", "a") as lock_file:
             fcntl.flock(lock_file, fcntl.LOCK_EX)
-            yield
+            with database.connection_context():
+                yield
         return
-    database.execute_sql("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
-    try:
-        yield
-    finally:
-        database.execute_sql("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+    with database.connection_context():
+        database.execute_sql("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+        try:
+            yield
+        finally:
+            database.execute_sql("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
 
 
 def ensure_owner_token(config: Config) -> str | None:
