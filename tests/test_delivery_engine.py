@@ -166,7 +166,9 @@ def test_a_finished_subagent_wakes_the_watcher_and_a_finished_shell_task_does_no
     relay.settings(allow_shell_tasks=True)
     runner = relay.conversation("Runner")
     watcher = relay.conversation("watcher")
-    sub = watcher.ok("subscribe", sessions=[runner.session_id])["subscription"]
+    # The default events, with stalls a day away: a task slow to start on a loaded machine (a
+    # "minute" here is a second) must not add a stalled line to the ones this test counts.
+    sub = watcher.ok("subscribe", sessions=[runner.session_id], stalled_minutes=1440)["subscription"]
     assert "subagent_finished" in sub["events"] and "task_finished" not in sub["events"]
     listing = relay.conversation("all tasks")
     listing.ok("subscribe", sessions=[runner.session_id], events=["task_finished"])
