@@ -1,7 +1,8 @@
 """`python app.py`: a complete relay in one command (docs/operations.md#running-the-relay).
 
-Runs migrations, starts an embedded Redis (unless REDIS_URL is set), one RQ worker
-process group, the clock and the web server (gunicorn with `gunicorn.conf.py`, the same
+Runs migrations, starts an embedded Redis (unless REDIS_URL is set), the RQ worker with the
+clock in its threads (`oar worker --clock`; with `OAR_WORKER_PROCESSES` above 1, a worker pool
+and `oar clock` beside it) and the web server (gunicorn with `gunicorn.conf.py`, the same
 settings as a bare `gunicorn wsgi:app`), prints where it listens and, the first time, the
 owner token; stops its children on SIGINT/SIGTERM and restarts any that die.
 
@@ -80,9 +81,12 @@ def _run(config: Config, lock: DataDirLock) -> int:
     python = sys.executable
     commands = {
         "web": [python, "-m", "gunicorn", "-c", str(PROJECT / "gunicorn.conf.py"), "wsgi:app"],
-        "worker": [python, "-m", "oar", "worker"],
-        "clock": [python, "-m", "oar", "clock"],
+        "worker": [python, "-m", "oar", "worker", "--clock"],
     }
+    if config.worker_processes > 1:
+        # A pool forks its workers, which a running clock thread must not be in (oar.engine.worker).
+        commands["worker"] = [python, "-m", "oar", "worker"]
+        commands["clock"] = [python, "-m", "oar", "clock"]
     if embedded is not None:
         commands = {"redis": embedded.command, **commands}
     stopping = threading.Event()

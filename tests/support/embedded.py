@@ -28,7 +28,6 @@ def embedded_environment(data_dir: Path, port: int, name: str, stale_seconds: in
         OAR_DATA_DIR=str(data_dir),
         PORT=str(port),
         OAR_RELAY_NAME=name,
-        OAR_WORKER_PROCESSES="2",
         WEB_CONCURRENCY="2",
         OAR_LOG_LEVEL="WARNING",
         OAR_TURN_HEARTBEAT_SECONDS="0.5",
