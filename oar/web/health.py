@@ -13,7 +13,7 @@ from flask.typing import ResponseReturnValue
 from oar import __version__
 from oar.core import presence
 from oar.core.db import database
-from oar.owner.bootstrap import pending_migrations, unknown_migrations
+from oar.owner.bootstrap import migration_state, pending_for_health
 from oar.web import runtime
 from oar.web.described import ANYONE, Operation, described
 
@@ -48,7 +48,7 @@ def healthz() -> ResponseReturnValue:
     try:
         database.connect(reuse_if_open=True)
         name = relay.relay_name()
-        pending = pending_migrations()
+        pending = pending_for_health()
         if pending:
             problems.append(f"database: migrations not applied ({', '.join(pending)}); run `python -m oar migrate`")
     except Exception as error:  # noqa: BLE001 - any failure here is what the check reports
@@ -97,9 +97,10 @@ def readyz() -> ResponseReturnValue:
     try:
         database.connect(reuse_if_open=True)
         name = relay.relay_name()
-        if unknown_migrations():
+        pending, unknown = migration_state()
+        if unknown:
             parts["database"] = "newer than this node"
-        elif pending_migrations():
+        elif pending:
             parts["database"] = "migrations not applied"
     except Exception as error:  # noqa: BLE001 - any failure here is what the check reports
         log.warning("readiness check: the database failed: %s: %s", type(error).__name__, error)
