@@ -1,10 +1,11 @@
 """`python -m bench footprint`: what the embedded default takes from a machine (docs/operations.md#what-the-relay-needs).
 
 `python app.py` exactly as the README's first command runs it (the launcher, the embedded Redis,
-gunicorn and its web workers, the RQ worker pool, the clock), on a fresh data dir:
+gunicorn's arbiter and its web workers, the RQ worker with the clock in its threads), on a fresh
+data dir:
 
-- **memory at rest**: after a settling pause with nothing to do, RSS and PSS (bench/usage.py) of
-  the launcher and each process tree it started, and of all together;
+- **memory at rest**: after a settling pause with nothing to do, the processes, RSS and PSS
+  (bench/usage.py) of the launcher and each process tree it started, and of all together;
 - **disk per 1,000 messages**: the owner writes `--prompts` prompts of `--chars` characters into
   `--sessions` conversations (echo answers each, so there are twice as many messages), and the
   database's size is read before and after, once the clock has checkpointed the WAL: the pages in
