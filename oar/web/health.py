@@ -6,8 +6,9 @@ error's text."""
 from __future__ import annotations
 
 import logging
+import time
 
-from flask import Blueprint, jsonify
+from flask import Blueprint, current_app, jsonify
 from flask.typing import ResponseReturnValue
 
 from oar import __version__
@@ -22,6 +23,8 @@ log = logging.getLogger(__name__)
 # What an anonymous caller learns of a failing database: that it fails. The error text (a
 # host, a port, a user name, a file path) goes to the log (docs/operations.md#health-check).
 DATABASE_UNAVAILABLE = "database: unavailable"
+# Where an app keeps its last healthy answer: (when, by the monotonic clock; the relay's name).
+LAST_HEALTHY = "oar.last_healthy"
 
 
 HEALTH = {
@@ -43,6 +46,11 @@ HEALTH = {
 ))
 def healthz() -> ResponseReturnValue:
     relay = runtime()
+    # A healthy answer is reused for HEALTH_REUSE_SECONDS: its database query and Redis ping cost
+    # twice the bare endpoint's request, and probes may come many times a second.
+    last: tuple[float, str] | None = current_app.extensions.get(LAST_HEALTHY)
+    if last is not None and time.monotonic() - last[0] < relay.time("HEALTH_REUSE_SECONDS"):
+        return jsonify({"ok": True, "version": __version__, "relay": last[1]})
     problems = []
     name = relay.config.relay_name
     try:
@@ -59,7 +67,9 @@ def healthz() -> ResponseReturnValue:
     except Exception as error:  # noqa: BLE001
         problems.append(f"queue: Redis does not answer ({type(error).__name__})")
     if problems:
+        current_app.extensions.pop(LAST_HEALTHY, None)
         return jsonify({"ok": False, "version": __version__, "relay": name, "problems": problems}), 503
+    current_app.extensions[LAST_HEALTHY] = (time.monotonic(), name)
     return jsonify({"ok": True, "version": __version__, "relay": name})
 
 
