@@ -16,7 +16,9 @@ bind = f"{os.environ.get('OAR_HOST', '127.0.0.1')}:{os.environ.get('PORT', '8080
 # gthread with deadlines for reading a request, so that clients sending slowly cannot hold the
 # threads (docs/operations.md#slow-clients).
 worker_class = "oar.web.request_deadlines.DeadlineWorker"
-workers = int(os.environ.get("WEB_CONCURRENCY", min(4, multiprocessing.cpu_count() * 2 + 1)))
+# One web process per core, at most 4: a process's threads share one GIL, so more processes than
+# cores add memory (~30 MB each) and no throughput (docs/operations.md#a-bigger-relay).
+workers = int(os.environ.get("WEB_CONCURRENCY", min(4, multiprocessing.cpu_count())))
 threads = int(os.environ.get("OAR_WEB_THREADS", "64"))
 # gthread workers answer the arbiter from their main loop, so long requests don't trip this.
 timeout = 30

@@ -36,7 +36,7 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         "part", nargs="?", choices=("all", "schedules"), default="all",
         help="what to measure: everything (default), or only schedule firing accuracy; "
         "`python -m bench tasks [--gigabyte] [--postgres URL]`, `python -m bench providers`, `python -m bench delivery`, "
-        "`python -m bench idle`, `python -m bench footprint`, `python -m bench instructions`, `python -m bench caches`, "
+        "`python -m bench idle`, `python -m bench footprint`, `python -m bench calls`, `python -m bench startup`, `python -m bench instructions`, `python -m bench caches`, "
         "`python -m bench outside`, `python -m bench decisions` and `python -m bench watching` run one part alone",
     )
     parser.add_argument(
@@ -244,6 +244,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench import providers
 
         return providers.run(argv[1:])
+    if argv[:1] == ["calls"]:  # `python -m bench calls`: what a call costs, measured with wrk
+        from bench import calls
+
+        return calls.run(argv[1:])
+    if argv[:1] == ["startup"]:  # `python -m bench startup`: python app.py until it is healthy
+        from bench import startup
+
+        return startup.run(argv[1:])
     if argv[:1] == ["footprint"]:  # `python -m bench footprint`: memory and disk of the embedded default
         from bench import footprint
 

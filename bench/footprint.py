@@ -1,10 +1,11 @@
 """`python -m bench footprint`: what the embedded default takes from a machine (docs/operations.md#what-the-relay-needs).
 
 `python app.py` exactly as the README's first command runs it (the launcher, the embedded Redis,
-gunicorn and its web workers, the RQ worker pool, the clock), on a fresh data dir:
+gunicorn's arbiter and its web workers, the RQ worker with the clock in its threads), on a fresh
+data dir:
 
-- **memory at rest**: after a settling pause with nothing to do, RSS and PSS (bench/usage.py) of
-  the launcher and each process tree it started, and of all together;
+- **memory at rest**: after a settling pause with nothing to do, the processes, RSS and PSS
+  (bench/usage.py) of the launcher and each process tree it started, and of all together;
 - **disk per 1,000 messages**: the owner writes `--prompts` prompts of `--chars` characters into
   `--sessions` conversations (echo answers each, so there are twice as many messages), and the
   database's size is read before and after, once the clock has checkpointed the WAL: the pages in
@@ -60,19 +61,19 @@ def wait_until(what: str, check: object, seconds: float) -> None:
     raise RuntimeError(f"{what}: not within {seconds:g} s")
 
 
-def memory_by_role(data_dir: Path, launcher: int) -> dict[str, tuple[int, int]]:
-    """(RSS, PSS) of the launcher alone and of each child's process tree, by the names the
-    launcher records in launcher.json."""
+def memory_by_role(data_dir: Path, launcher: int) -> dict[str, tuple[int, int, int]]:
+    """(RSS, PSS, processes) of the launcher alone and of each child's process tree, by the names
+    the launcher records in launcher.json."""
     children = json.loads((data_dir / "launcher.json").read_text())["children"]
-    roles: dict[str, tuple[int, int]] = {}
+    roles: dict[str, tuple[int, int, int]] = {}
     with contextlib.suppress(Exception):
         import psutil
 
         info = psutil.Process(launcher).memory_full_info()
-        roles["launcher"] = (info.rss, info.pss)
+        roles["launcher"] = (info.rss, info.pss, 1)
     for child in children:
         sample = usage.sample(child["pid"])
-        roles[child["name"]] = (sample.rss_bytes, sample.pss_bytes)
+        roles[child["name"]] = (sample.rss_bytes, sample.pss_bytes, len(usage.tree(child["pid"])))
     return roles
 
 
@@ -142,16 +143,17 @@ def run(argv: Sequence[str]) -> int:
         launcher.wait(120)
         shutil.rmtree(folder, ignore_errors=True)
     lines = ["OAR Relay benchmark: footprint of the embedded default (python app.py)",
-             f"{'process':<10} {'RSS at rest':>12} {'PSS at rest':>12} {'RSS after':>10} {'PSS after':>10}"]
+             f"{'process':<10} {'processes':>9} {'RSS at rest':>12} {'PSS at rest':>12} {'RSS after':>10} {'PSS after':>10}"]
     for role in at_rest:
-        rss, pss = at_rest[role]
-        later = with_messages.get(role, (0, 0))
-        lines.append(f"{role:<10} {usage.megabytes(rss):>12} {usage.megabytes(pss):>12} "
+        rss, pss, count = at_rest[role]
+        later = with_messages.get(role, (0, 0, 0))
+        lines.append(f"{role:<10} {count:>9} {usage.megabytes(rss):>12} {usage.megabytes(pss):>12} "
                      f"{usage.megabytes(later[0]):>10} {usage.megabytes(later[1]):>10}")
-    lines.append(f"{'all':<10} {usage.megabytes(sum(r for r, _ in at_rest.values())):>12} "
-                 f"{usage.megabytes(sum(p for _, p in at_rest.values())):>12} "
-                 f"{usage.megabytes(sum(r for r, _ in with_messages.values())):>10} "
-                 f"{usage.megabytes(sum(p for _, p in with_messages.values())):>10}")
+    lines.append(f"{'all':<10} {sum(c for _, _, c in at_rest.values()):>9} "
+                 f"{usage.megabytes(sum(r for r, _, _ in at_rest.values())):>12} "
+                 f"{usage.megabytes(sum(p for _, p, _ in at_rest.values())):>12} "
+                 f"{usage.megabytes(sum(r for r, _, _ in with_messages.values())):>10} "
+                 f"{usage.megabytes(sum(p for _, p, _ in with_messages.values())):>10}")
     per_thousand = [(b - a) * 1000 / messages for a, b in zip(before, after, strict=True)]
     lines += [
         f"database   empty relay: {before[0] / 1e6:.2f} MB in pages in use; oar.db {before[1] / 1e6:.2f} MB, "

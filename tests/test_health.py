@@ -3,6 +3,7 @@ fails or is not there."""
 
 from __future__ import annotations
 
+import logging
 import secrets
 from pathlib import Path
 from typing import Any
@@ -10,8 +11,16 @@ from typing import Any
 import pytest
 import requests
 
+from oar.core.db import database
+from oar.owner.bootstrap import (
+    HISTORY_TABLE,
+    migration_state,
+    pending_for_health,
+    pending_migrations,
+    unknown_migrations,
+)
 from tests.support.clients import poll
-from tests.support.relays import CLOCK, FAST_TIMES, WEB, WORKER, RelayStack, make_config, own_relay
+from tests.support.relays import CLOCK, FAST_TIMES, WEB, WORKER, Relay, RelayStack, make_config, own_relay
 from tests.support.servers import free_port
 
 pytestmark = pytest.mark.stack  # a web process of its own
@@ -82,3 +91,54 @@ def test_readiness_says_which_part_is_not_there(tmp_path: Path) -> None:
         assert readiness(stack)[0] == 503
         stack.start_clock()
         parts_become(stack, READY)
+
+
+def test_it_reads_the_migrations_in_one_query(relay: Relay, caplog: pytest.LogCaptureFixture) -> None:
+    """The health checks ask on every probe: one query of the history table, not a Runner's three."""
+    with database.connection_context():
+        with caplog.at_level(logging.DEBUG, logger="peewee"):
+            assert migration_state() == ([], [])
+        queries = [record for record in caplog.records if record.name == "peewee"]
+        assert len(queries) == 1, [record.getMessage() for record in queries]
+        # A migration this code does not know (a newer node's), then one it has but the database lacks.
+        newest = max(row[0] for row in database.execute_sql(f'SELECT "name" FROM "{HISTORY_TABLE}"'))
+        database.execute_sql(f'INSERT INTO "{HISTORY_TABLE}" ("name", "applied") VALUES ({database.param}, CURRENT_TIMESTAMP)',
+                             ("9999_newer",))
+        database.execute_sql(f'DELETE FROM "{HISTORY_TABLE}" WHERE "name" = {database.param}', (newest,))
+        try:
+            assert migration_state() == ([newest], ["9999_newer"])
+            assert (pending_migrations(), unknown_migrations()) == ([newest], ["9999_newer"])
+            assert requests.get(f"{relay.url}/readyz", timeout=10).json()["parts"]["database"] == "newer than this node"
+        finally:
+            database.execute_sql(f'DELETE FROM "{HISTORY_TABLE}" WHERE "name" = {database.param}', ("9999_newer",))
+            database.execute_sql(f'INSERT INTO "{HISTORY_TABLE}" ("name", "applied") VALUES ({database.param}, CURRENT_TIMESTAMP)',
+                                 (newest,))
+        assert migration_state() == ([], [])
+
+
+def test_healthz_asks_no_more_once_every_migration_was_applied(relay: Relay, caplog: pytest.LogCaptureFixture) -> None:
+    """Migrations are only ever applied: once none is pending, /healthz costs no migration query."""
+    with database.connection_context():
+        assert pending_for_health() == []
+        with caplog.at_level(logging.DEBUG, logger="peewee"):
+            assert pending_for_health() == []
+        assert [record.getMessage() for record in caplog.records if record.name == "peewee"] == []
+    assert requests.get(f"{relay.url}/healthz", timeout=10).json()["ok"] is True
+
+
+def test_healthz_answers_from_its_last_healthy_answer_for_a_second(relay: Relay, caplog: pytest.LogCaptureFixture) -> None:
+    """A probe storm costs no query and no Redis ping (OAR_HEALTH_REUSE_SECONDS, 1 s): the second of
+    two probes in a row is answered from the first, as healthy and naming the relay alike."""
+
+    def probe_twice() -> tuple[dict[str, Any], list[str]]:
+        first = requests.get(f"{relay.url}/healthz", timeout=10).json()
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="peewee"):
+            second = requests.get(f"{relay.url}/healthz", timeout=10).json()
+        assert second == first
+        return second, [record.getMessage() for record in caplog.records if record.name == "peewee"]
+
+    # A slow moment may put a second between the two: three tries.
+    tries = [probe_twice() for _ in range(3)]
+    assert all(answer["ok"] is True and answer["relay"] == relay.name for answer, _ in tries)
+    assert any(queries == [] for _, queries in tries), tries

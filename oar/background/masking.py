@@ -17,27 +17,11 @@ only over text that holds one of its literals.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-
-from detect_secrets.plugins import (
-    aws,
-    azure_storage_key,
-    discord,
-    github_token,
-    gitlab_token,
-    jwt,
-    mailchimp,
-    pypi_token,
-    sendgrid,
-    slack,
-    square_oauth,
-    stripe,
-    telegram_token,
-    twilio,
-)
-from detect_secrets.plugins.base import RegexBasedDetector
 
 MASK = "****"
 
@@ -153,21 +137,24 @@ def _quoted_mask(value: str) -> str:
 # matches upper-case words), and Cloudant, IBM Cloud IAM, IBM COS HMAC and SoftLayer: their
 # `name = value` forms are secret names above, and their patterns, which start with optional
 # groups, cost a full pass of about a second over 4 MiB each.
-_DETECTORS: dict[type[RegexBasedDetector], tuple[str, ...]] = {
-    aws.AWSKeyDetector: ("a3t", "abia", "acca", "akia", "asia", "aws"),
-    azure_storage_key.AzureStorageKeyDetector: ("accountkey=",),
-    discord.DiscordBotTokenDetector: (".",),
-    github_token.GitHubTokenDetector: ("gh",),
-    gitlab_token.GitLabTokenDetector: ("gl", "gr1348941"),
-    jwt.JwtTokenDetector: ("eyj",),
-    mailchimp.MailchimpDetector: ("-us",),
-    pypi_token.PypiTokenDetector: ("pypi-",),
-    sendgrid.SendGridDetector: ("sg.",),
-    slack.SlackDetector: ("xox", "hooks.slack.com"),
-    square_oauth.SquareOAuthDetector: ("sq0csp-",),
-    stripe.StripeDetector: ("k_live_",),
-    telegram_token.TelegramBotTokenDetector: (":",),
-    twilio.TwilioKeyDetector: ("ac", "sk"),
+# By name (module.Class in detect_secrets.plugins), imported at the first mask: detect-secrets
+# loads ~20 MB of modules that a process which never masks (a web worker that serves no task
+# output, the clock) need not hold (docs/limits.md#memory).
+_DETECTORS: dict[str, tuple[str, ...]] = {
+    "aws.AWSKeyDetector": ("a3t", "abia", "acca", "akia", "asia", "aws"),
+    "azure_storage_key.AzureStorageKeyDetector": ("accountkey=",),
+    "discord.DiscordBotTokenDetector": (".",),
+    "github_token.GitHubTokenDetector": ("gh",),
+    "gitlab_token.GitLabTokenDetector": ("gl", "gr1348941"),
+    "jwt.JwtTokenDetector": ("eyj",),
+    "mailchimp.MailchimpDetector": ("-us",),
+    "pypi_token.PypiTokenDetector": ("pypi-",),
+    "sendgrid.SendGridDetector": ("sg.",),
+    "slack.SlackDetector": ("xox", "hooks.slack.com"),
+    "square_oauth.SquareOAuthDetector": ("sq0csp-",),
+    "stripe.StripeDetector": ("k_live_",),
+    "telegram_token.TelegramBotTokenDetector": (":",),
+    "twilio.TwilioKeyDetector": ("ac", "sk"),
 }
 # A readable kind prefix a masked token may keep: `glpat-`, `sk_live_`, `SG.`, `pypi-`.
 _KIND_PREFIX = re.compile(r"[A-Za-z]{2,5}(?:[_-][a-z]{2,5})?[_.-]")
@@ -176,9 +163,15 @@ _LEAD = " \t\r\n=:\"'"
 _TRAIL = " \t\r\n\"'"
 
 
-_MAINTAINED_RULES: list[tuple[tuple[str, ...], re.Pattern[str]]] = [
-    (gate, pattern) for detector, gate in _DETECTORS.items() for pattern in detector.denylist  # type: ignore[attr-defined]
-]
+@functools.cache
+def _maintained_rules() -> list[tuple[tuple[str, ...], re.Pattern[str]]]:
+    """The maintained set's patterns, each with its gate, read from the detectors' classes once."""
+    rules: list[tuple[tuple[str, ...], re.Pattern[str]]] = []
+    for name, gate in _DETECTORS.items():
+        module, _, detector = name.rpartition(".")
+        detector_class = getattr(importlib.import_module(f"detect_secrets.plugins.{module}"), detector)
+        rules += [(gate, pattern) for pattern in detector_class.denylist]
+    return rules
 
 
 def _secret_spans(pattern: re.Pattern[str], text: str) -> Iterator[tuple[int, int]]:
@@ -239,7 +232,7 @@ def mask(text: str) -> str:
     text = _mask_named_values(text)
     if "--" in text:
         text = _SECRET_FLAG.sub(lambda m: f"{m[1]}{_quoted_mask(m[2])}", text)
-    for gate, pattern in _MAINTAINED_RULES:
+    for gate, pattern in _maintained_rules():
         if _opens(gate, text, lowered):
             text = _mask_maintained(pattern, text)
     return text

@@ -50,8 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
         "serve", help="the embedded relay: Redis, worker, clock and web in one command (as python app.py)",
         description=SERVE_DESCRIPTION, epilog=ENVIRONMENT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    worker = commands.add_parser("worker", help="RQ worker processes that run turns")
-    worker.add_argument("--processes", type=int, default=None)
+    worker = commands.add_parser("worker", help="the RQ worker that runs turns and other jobs (one process, jobs in threads)")
+    worker.add_argument("--processes", type=int, default=None,
+                        help="worker processes (default: OAR_WORKER_PROCESSES, else 1); more than one forks a pool")
+    worker.add_argument("--clock", action="store_true",
+                        help="run the clock in threads of the worker too (one process only), instead of `oar clock`")
     commands.add_parser("clock", help="the reconciler loop")
     commands.add_parser("migrate", help="apply database migrations")
     token = commands.add_parser("token", help="mint or revoke a token")
@@ -166,10 +169,16 @@ def _process(command: str, args: argparse.Namespace) -> int:
 
     try:
         if command == "worker":
+            from oar.engine.worker import MoreThanOneProcess, refuse_clock_beside_pool
             from oar.engine.worker import main as run_worker
 
+            try:
+                refuse_clock_beside_pool(args.processes, args.clock)
+            except MoreThanOneProcess as error:
+                print(f"oar worker: {error}", file=sys.stderr, flush=True)
+                return 2
             open_relay_database(from_environment())
-            run_worker(args.processes)
+            run_worker(args.processes, with_clock=args.clock)
             return 0
         if command == "clock":
             from oar.engine.clock import main as run_clock

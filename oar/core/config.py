@@ -32,6 +32,7 @@ TUNABLE_TIMES = (
     "TASK_OUTPUT_COPY_SECONDS",
     "ALIVE_SECONDS",
     "ALIVE_STALE_SECONDS",
+    "HEALTH_REUSE_SECONDS",
     "TASK_MINUTE_SECONDS",
     "SCHEDULE_HOLD_RECHECK_SECONDS",
     "SCHEDULE_ENDED_LISTED_SECONDS",
@@ -133,11 +134,12 @@ class Config:
     # Prefix of every Redis key and queue name, so several relays (or test runs) can
     # share one Redis server.
     namespace: str = "oar"
-    # RQ worker processes of `oar worker`, and turns each runs at once (in threads): 64 turns
-    # at once, in four processes rather than two, so that a turn ending beside others waits
-    # for the GIL behind 15 threads, not 31 (docs/decisions.md#four-worker-processes).
-    worker_processes: int = 4
-    worker_threads: int = 16
+    # RQ worker processes of `oar worker`, and turns each runs at once (in threads): 64 turns at
+    # once in one process, which idles at a quarter of four processes' memory; a relay whose
+    # turns often end together runs 4 × 16, where a turn ending beside others waits for the GIL
+    # behind 15 threads, not 63 (docs/decisions.md#one-worker-process).
+    worker_processes: int = 1
+    worker_threads: int = 64
     # Calls of one conversation waiting at once (0: no cap).
     max_waits_per_conversation: int = defaults.MAX_WAITS_PER_CONVERSATION
     times: Mapping[str, float] = field(default_factory=dict)

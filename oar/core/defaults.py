@@ -116,6 +116,9 @@ WAIT_RECHECK_SECONDS = 5
 # this often, and /readyz counts one that said so within ALIVE_STALE_SECONDS.
 ALIVE_SECONDS = 5
 ALIVE_STALE_SECONDS = 20
+# A web process answers /healthz from its last healthy answer for this long: a probe storm costs
+# what a bare endpoint does, and a failing part shows within this long (a failure is never reused).
+HEALTH_REUSE_SECONDS = 1
 
 # Ids and tokens.
 SESSION_ID_BYTES = 8  # 64 bits, hex: shown shortened to 8 characters

@@ -97,6 +97,7 @@ def checkpoint_loop(runtime: Runtime, stopping: threading.Event) -> None:
 
 
 def main() -> None:
+    """`oar clock`: the clock as a process of its own (the Procfile's `clock`)."""
     launcher = lifeline.take_launcher_pid()
     if launcher is not None:
         lifeline.watch_parent(launcher)
@@ -110,10 +111,18 @@ def main() -> None:
     stopping = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopping.set())
+    run(runtime, stopping)
+
+
+def run(runtime: Runtime, stopping: threading.Event) -> None:
+    """The clock's sweeps and timers until `stopping` is set: in `oar clock`'s main thread, or in a
+    thread of `oar worker --clock` (the embedded relay's, docs/operations.md#running-the-relay).
+    Takes no signal of its own, so that it can run beside a worker that takes them."""
     period = runtime.time("RECONCILE_SECONDS")
     log.info("clock started: reconciling every %s s", period)
     # Says the clock is there, for readiness (docs/operations.md#health-check).
-    beacon = Beacon(runtime.redis, config.namespace, CLOCK, runtime.time("ALIVE_SECONDS"), runtime.time("ALIVE_STALE_SECONDS"))
+    beacon = Beacon(runtime.redis, runtime.config.namespace, CLOCK, runtime.time("ALIVE_SECONDS"),
+                    runtime.time("ALIVE_STALE_SECONDS"))
     beacon.start()
     DueTimer(runtime, stopping).start()
     threading.Thread(target=peer_events_loop, args=(runtime, stopping), name="peer-events", daemon=True).start()

@@ -118,6 +118,11 @@ class DataDirLock:
         partial.write_text(json.dumps({"launcher": os.getpid(), "children": entries, "folders": [str(f) for f in folders]}))
         partial.replace(path)
 
+    def fileno(self) -> int | None:
+        """The held lock's file descriptor: a child forked from the launcher closes its copy, so that
+        the lock is free once the launcher is gone, whatever its children still do."""
+        return self._lock.fileno() if self._lock is not None else None
+
     def release(self) -> None:
         """After a clean stop: nothing is left to stop, and the lock is free."""
         with contextlib.suppress(FileNotFoundError):

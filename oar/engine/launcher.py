@@ -1,8 +1,10 @@
 """`python app.py`: a complete relay in one command (docs/operations.md#running-the-relay).
 
-Runs migrations, starts an embedded Redis (unless REDIS_URL is set), one RQ worker
-process group, the clock and the web server (gunicorn with `gunicorn.conf.py`, the same
-settings as a bare `gunicorn wsgi:app`), prints where it listens and, the first time, the
+Runs migrations, starts an embedded Redis (unless REDIS_URL is set), loads the code once and
+forks from itself the RQ worker with the clock in its threads (as `oar worker --clock`; with
+`OAR_WORKER_PROCESSES` above 1, a worker pool and the clock beside it) and the web server
+(gunicorn with `gunicorn.conf.py`, the same settings as a bare `gunicorn wsgi:app`), so that they
+share the pages of the modules (oar.engine.forked), prints where it listens and, the first time, the
 owner token; stops its children on SIGINT/SIGTERM and restarts any that die.
 
 Its children die with it even when it is killed (`oar.core.lifeline`), and it holds the
@@ -20,19 +22,36 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import requests
 
 from oar.core import lifeline, settings
 from oar.core.config import Config, ConfigError, check, from_environment
 from oar.core.db import database, open_database
+from oar.engine import clock, embedded_web, worker
 from oar.engine.data_dir_lock import AnotherLauncher, DataDirLock
 from oar.engine.embedded_redis import EmbeddedRedis
+from oar.engine.forked import ForkedChild, load_shared_code
 from oar.owner.bootstrap import NewerSchema, ensure_owner_token, migrate
 
 log = logging.getLogger("oar.launcher")
 PROJECT = Path(__file__).resolve().parents[2]
+
+
+class Child(Protocol):
+    """What the launcher asks of a child: a program (`subprocess.Popen`) or a fork (`ForkedChild`)."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, signum: int) -> None: ...
 
 
 def main() -> int:
@@ -73,41 +92,46 @@ def _run(config: Config, lock: DataDirLock) -> int:
     new_owner_token = ensure_owner_token(config)
     embedded = None if config.redis_url else EmbeddedRedis(config.data_dir)
     redis_url = embedded.url if embedded is not None else str(config.redis_url)
-    env = {
-        **os.environ, "REDIS_URL": redis_url, "OAR_DATA_DIR": str(config.data_dir.resolve()),
+    # The children read their settings from the environment, as the Procfile's processes do.
+    os.environ.update({
+        "REDIS_URL": redis_url, "OAR_DATA_DIR": str(config.data_dir.resolve()),
         lifeline.LAUNCHER_PID_VARIABLE: str(os.getpid()),
-    }
-    python = sys.executable
-    commands = {
-        "web": [python, "-m", "gunicorn", "-c", str(PROJECT / "gunicorn.conf.py"), "wsgi:app"],
-        "worker": [python, "-m", "oar", "worker"],
-        "clock": [python, "-m", "oar", "clock"],
-    }
-    if embedded is not None:
-        commands = {"redis": embedded.command, **commands}
+    })
+    load_shared_code()
+    forks: dict[str, Callable[[], int | None]] = {"web": _serve_web, "worker": lambda: _work(with_clock=True)}
+    if config.worker_processes > 1:
+        # A pool forks its workers, which a running clock thread must not be in (oar.engine.worker).
+        forks.update(worker=lambda: _work(with_clock=False), clock=_tick)
+    names = ["redis", *forks] if embedded is not None else list(forks)
     stopping = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopping.set())
-    children: dict[str, subprocess.Popen[bytes]] = {}
+    children: dict[str, Child] = {}
     folders = [embedded.folder] if embedded is not None else []
 
-    def start(name: str) -> subprocess.Popen[bytes]:
+    def start(name: str) -> Child:
         # Each child leads its own process group, so that stopping can reach all of it. It is
         # started from this (the main) thread: the kernel's parent-death signal follows the
-        # thread that forked, and this one lives as long as the launcher.
-        child = subprocess.Popen(
-            commands[name], cwd=PROJECT, env=env, start_new_session=True,
-            preexec_fn=lifeline.die_with_parent,  # no other thread runs at fork
-            stdout=subprocess.DEVNULL if name == "redis" else None,
-        )
+        # thread that forked, and this one lives as long as the launcher; no other thread runs
+        # at the fork.
+        child: Child
+        if name == "redis" and embedded is not None:
+            child = subprocess.Popen(
+                embedded.command, cwd=PROJECT, start_new_session=True,
+                preexec_fn=lifeline.die_with_parent,  # no other thread runs at fork
+                stdout=subprocess.DEVNULL,
+            )
+        else:
+            held = lock.fileno()
+            child = ForkedChild(forks[name], close=(held,) if held is not None else ())
         children[name] = child
         lock.record([(n, c.pid) for n, c in children.items()], folders)
         return child
 
     try:
-        for name in commands:
+        for name in names:
             child = start(name)
-            if name == "redis" and embedded is not None:
+            if name == "redis" and embedded is not None and isinstance(child, subprocess.Popen):
                 embedded.wait_until_ready(child)
         if _wait_until_healthy(config.host, config.port, stopping):
             with database.connection_context():
@@ -129,6 +153,20 @@ def _run(config: Config, lock: DataDirLock) -> int:
     return 0
 
 
+def _serve_web() -> int:
+    return embedded_web.serve()
+
+
+def _work(with_clock: bool) -> int:
+    worker.main(with_clock=with_clock)
+    return 0
+
+
+def _tick() -> int:
+    clock.main()
+    return 0
+
+
 def _port_is_free(host: str, port: int) -> bool:
     """Whether gunicorn can listen there (it binds with SO_REUSEADDR too)."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
@@ -140,7 +178,7 @@ def _port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def _stop_children(children: list[subprocess.Popen[bytes]]) -> None:
+def _stop_children(children: list[Child]) -> None:
     """SIGTERM, then SIGTERM again, then SIGKILL to each child's process group.
 
     The first SIGTERM is a graceful stop: gunicorn finishes requests and an RQ worker lets

@@ -1,6 +1,10 @@
 """`oar worker`: RQ workers (with RQ's scheduler) on this relay's queue.
 
-Each worker process runs jobs in threads of their own, up to `OAR_WORKER_THREADS` at once.
+By default one process (`OAR_WORKER_PROCESSES=1`) takes jobs from the queue and runs each in a
+thread of its own, up to `OAR_WORKER_THREADS` at once, with RQ's scheduler in another thread and,
+with `--clock` (the embedded relay's), the clock's loops in more: no process is forked per job or
+for the scheduler, and an idle relay keeps one Python process for all of its background work.
+With more processes, a pool forks that many workers, each as above (docs/operations.md#a-bigger-relay).
 A turn mostly waits — on a model's stream, or on another session's reply when an agent
 prompts a session and waits inside its own turn — so a thread per turn lets one process
 run many turns, and a turn that waits on another never starves the turn it waits for of a
@@ -23,6 +27,8 @@ from typing import Any
 from rq import SimpleWorker
 from rq.job import Job
 from rq.queue import Queue
+from rq.scheduler import RQScheduler
+from rq.scheduler import run as run_scheduler
 from rq.timeouts import TimerDeathPenalty
 from rq.worker_pool import WorkerPool
 
@@ -31,6 +37,7 @@ from oar.core.config import from_environment
 from oar.core.db import open_database
 from oar.core.presence import WORKER, Beacon
 from oar.core.runtime import Runtime
+from oar.engine import clock
 from oar.owner.bootstrap import refuse_newer_schema
 
 log = logging.getLogger(__name__)
@@ -38,6 +45,28 @@ log = logging.getLogger(__name__)
 # How long a stopping worker lets running turns finish before it exits; turns still
 # running then are failed by the reconciler once their heartbeat stops.
 SHUTDOWN_GRACE_SECONDS = 10
+
+
+class MoreThanOneProcess(Exception):
+    """`--clock` with a pool of worker processes: the pool forks its workers (and forks again when
+    one dies), and a fork copies a running clock thread's locks but not the thread."""
+
+
+class ThreadScheduler(RQScheduler):
+    """RQ's scheduler (what moves `enqueue_at` jobs to the queue when due) in a thread of the
+    worker's process, where RQ forks a process for it: the same loop, one process fewer."""
+
+    def start(self) -> threading.Thread:
+        self._status = self.Status.STARTED
+        thread = threading.Thread(target=run_scheduler, args=(self,), name="rq-scheduler", daemon=True)
+        self._process = thread  # type: ignore[assignment]  # RQ's worker asks `_process.is_alive()` to restart a dead scheduler
+        thread.start()
+        return thread
+
+    def _install_signal_handlers(self) -> None:
+        # Only the main thread may take signals; the worker owns them and stops this loop with
+        # `request_stop` (ThreadedWorker.stop_scheduler).
+        pass
 
 
 class ThreadedWorker(SimpleWorker):
@@ -58,7 +87,7 @@ class ThreadedWorker(SimpleWorker):
         if self.pool_pid is not None:
             lifeline.die_with_parent()
             lifeline.watch_parent(self.pool_pid)
-        metrics.started_after_fork()
+            metrics.started_after_fork()
         self._beacon: Beacon | None = None
         if self.presence is not None:
             namespace, every, stale = self.presence
@@ -93,6 +122,24 @@ class ThreadedWorker(SimpleWorker):
                 self._slots.release()
             metrics.worked()
 
+    def _start_scheduler(self, burst: bool = False, logging_level: str | None = "INFO", *args: Any, **kwargs: Any) -> None:
+        """RQ's own, with the scheduler in a thread (ThreadScheduler); whichever worker of the
+        relay holds the scheduler's lock runs it, the others try again at their maintenance."""
+        self.scheduler = ThreadScheduler(
+            self.queues, connection=self.connection,
+            logging_level=logging_level if logging_level is not None else self.log.level, serializer=self.serializer,
+        )
+        self.scheduler.acquire_locks(auto_start=not burst)
+
+    def stop_scheduler(self) -> None:
+        scheduler = self.scheduler
+        if scheduler is None:
+            return
+        scheduler.request_stop()
+        if isinstance(scheduler._process, threading.Thread):
+            # The loop sleeps its interval (1 s) between looks, then releases its lock and stops.
+            scheduler._process.join(timeout=scheduler.interval + 5)
+
     def teardown(self) -> None:
         if self._beacon is not None:
             self._beacon.stop()
@@ -103,11 +150,15 @@ class ThreadedWorker(SimpleWorker):
         super().teardown()
 
 
-def main(processes: int | None = None) -> None:
+def main(processes: int | None = None, with_clock: bool = False) -> None:
+    """`oar worker`: `processes` (default `OAR_WORKER_PROCESSES`) workers; `with_clock`: the clock
+    too, in threads of this process (only with one process; raises MoreThanOneProcess)."""
+    refuse_clock_beside_pool(processes, with_clock)
+    config = from_environment()
+    count = processes or config.worker_processes
     launcher = lifeline.take_launcher_pid()
     if launcher is not None:
         lifeline.watch_parent(launcher)
-    config = from_environment()
     open_database(config)
     refuse_newer_schema()  # raises NewerSchema: a node older than the database runs no job
     runtime = Runtime(config)
@@ -118,18 +169,42 @@ def main(processes: int | None = None) -> None:
     metrics.start("worker", config)
     tracing.start("worker", runtime)
     ThreadedWorker.threads = config.worker_threads
-    ThreadedWorker.pool_pid = os.getpid()
     ThreadedWorker.presence = (config.namespace, config.time("ALIVE_SECONDS"), config.time("ALIVE_STALE_SECONDS"))
-    # Imported here, before the fork, as RQ would import them at each process's first job of
+    # Imported here, before any fork, as RQ would import them at each process's first job of
     # each kind: then the first turns of a wide delivery waited 0.1 s of imports in every
     # process, and the processes now share those modules' memory. By name, as RQ does
     # (`oar` never imports `workers`); importing connects to nothing (workers/runtime.py).
     for name in jobs.EVERY_JOB:
         importlib.import_module(name.rpartition(".")[0])
-    pool = WorkerPool(
-        [config.namespace],
-        connection=runtime.redis,
-        num_workers=processes or config.worker_processes,
-        worker_class=ThreadedWorker,
-    )
+    if count == 1:
+        _work_in_this_process(config.namespace, runtime, with_clock)
+        return
+    ThreadedWorker.pool_pid = os.getpid()
+    pool = WorkerPool([config.namespace], connection=runtime.redis, num_workers=count, worker_class=ThreadedWorker)
     pool.start(logging_level="WARNING")
+
+
+def refuse_clock_beside_pool(processes: int | None, with_clock: bool) -> None:
+    """Raises MoreThanOneProcess when the clock is asked for beside a pool of worker processes."""
+    count = processes or from_environment().worker_processes
+    if with_clock and count > 1:
+        raise MoreThanOneProcess(f"the clock runs inside the worker only when it is one process, not {count}; "
+                                 "run `oar clock` beside it")
+
+
+def _work_in_this_process(namespace: str, runtime: Runtime, with_clock: bool) -> None:
+    """One worker in this process; the clock beside it in threads when asked. The worker's main
+    loop takes SIGTERM and SIGINT (a warm stop, then a cold one) and returns; the clock stops after it."""
+    stopping = threading.Event()
+    ticking: threading.Thread | None = None
+    if with_clock:
+        # The clock's own runtime: its Redis connections and settings cache are its own, as in `oar clock`.
+        ticking = threading.Thread(target=clock.run, args=(Runtime(runtime.config), stopping), name="oar-clock", daemon=True)
+        ticking.start()
+    try:
+        worker = ThreadedWorker([namespace], connection=runtime.redis)
+        worker.work(with_scheduler=True, logging_level="WARNING")
+    finally:
+        stopping.set()
+        if ticking is not None:
+            ticking.join(timeout=SHUTDOWN_GRACE_SECONDS)

@@ -13,8 +13,9 @@ import re
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-import apprise
-from apprise import plugins as apprise_plugins
+# Apprise (~18 MB of modules) is imported in the functions that check or send: every web
+# process imports this module for the Settings routes, and only a sender or a check needs it
+# (docs/limits.md#memory).
 
 # Apprise logs the URLs it loads; the relay keeps only the errors it captures below.
 _apprise_log = logging.getLogger("apprise")
@@ -30,6 +31,8 @@ def url_is_valid(url: str) -> bool:
     """Whether Apprise knows the URL's service and can read the URL (nothing is sent)."""
     if not url or any(char.isspace() for char in url) or not SCHEME.match(url):
         return False
+    import apprise
+
     try:
         return apprise.Apprise.instantiate(url, suppress_exceptions=True) is not None
     except Exception:  # noqa: BLE001 - a plugin's parser refusing in its own way is a refusal
@@ -52,6 +55,8 @@ def send_url(url: str, title: str, body: str, timeout: float, extras: dict[str, 
 
     `extras`: arguments for the service's Apprise plugin besides those the URL holds (ntfy's
     `click` and `actions`, which its plugin sends as the X-Click and X-Actions headers)."""
+    import apprise
+
     plugin = _plugin(url, extras)
     if plugin is None:
         return "the stored notification URL is no longer one this relay can send to"
@@ -74,6 +79,9 @@ def send_url(url: str, title: str, body: str, timeout: float, extras: dict[str, 
 def _plugin(url: str, extras: dict[str, Any] | None) -> Any:
     """The URL's Apprise plugin; with `extras`, built from the URL's parsed arguments and them
     (Apprise's own way in: a dictionary instead of the URL's text)."""
+    import apprise
+    from apprise import plugins as apprise_plugins
+
     if not extras:
         return apprise.Apprise.instantiate(url, suppress_exceptions=True)
     parsed = apprise_plugins.url_to_dict(url)

@@ -14,13 +14,8 @@ import ipaddress
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-from py_vapid import Vapid
-from pywebpush import WebPushException, webpush
 
 from oar.core import ids
 from oar.core.config import Config
@@ -30,6 +25,13 @@ from oar.core.fields import Param, check_fields
 from oar.core.timeutil import iso, utcnow
 from oar.notifications.channels import HiddenText
 from oar.notifications.models import PushSubscription, VapidKey
+
+if TYPE_CHECKING:
+    from py_vapid import Vapid
+
+# pywebpush, py_vapid and cryptography's elliptic curves (~40 MB of modules) are imported in
+# the functions that use them: every web process imports this module for its routes, and only
+# the few that handle a subscription or a push need them (docs/limits.md#memory).
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,8 @@ FIELDS = {
 def vapid_key() -> Vapid:
     """The relay's VAPID key pair, generated the first time it is asked for and stored (two
     processes asking at once keep the one written first)."""
+    from py_vapid import Vapid
+
     row = VapidKey.get_or_none(VapidKey.id == 1)
     if row is None:
         fresh = Vapid()
@@ -66,6 +70,8 @@ def vapid_key() -> Vapid:
 
 def public_key() -> str:
     """The applicationServerKey a browser subscribes with: the public key's point, base64url."""
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
     point = vapid_key().public_key.public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
     return _b64(point)
 
@@ -145,6 +151,8 @@ def _is_loopback(host: str) -> bool:
 
 def _checked_keys(p256dh: Any, auth: Any) -> tuple[str, str]:
     """The browser's public key (a P-256 point) and its 16-byte auth secret, base64url."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     try:
         point = _unb64(p256dh)
         ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), point)
@@ -191,6 +199,8 @@ def payload(title: str, body: str, link: str | None, **decision: Any) -> bytes:
 
 def push(subscription: PushSubscription, data: bytes, config: Config, timeout: float) -> Pushed:
     """Push `data` to one subscription, encrypted for its keys (never raises)."""
+    from pywebpush import WebPushException, webpush
+
     info = {"endpoint": subscription.endpoint, "keys": {"p256dh": subscription.p256dh, "auth": subscription.auth}}
     try:
         webpush(info, data=data, vapid_private_key=vapid_key(), vapid_claims={"sub": claims_subject(config)},

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import logging
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
 import peewee
-from playhouse.migrations import Runner
+from playhouse.migrations import Migration, Runner
 
 from oar import __version__, providers
 from oar.core import ids, settings
@@ -62,6 +64,49 @@ def pending_migrations() -> list[str]:
 def unknown_migrations() -> list[str]:
     """Migrations the database records that this code has no file for."""
     return [m.name for m in Runner(database.obj, str(MIGRATIONS)).status() if m.path is None]
+
+
+# The history table playhouse's Runner keeps (its default name).
+HISTORY_TABLE = "schema_migration"
+
+
+@functools.cache
+def _migration_files() -> frozenset[str]:
+    """The migrations this code has, read once per process: they change only with the code."""
+    return frozenset(m.name for m in Migration.load_directory(str(MIGRATIONS)))
+
+
+# The databases this process has found with every migration of its code applied.
+_up_to_date: weakref.WeakSet[peewee.Database] = weakref.WeakSet()
+
+
+def pending_for_health() -> list[str]:
+    """The migrations not applied, for `/healthz`, which probes ask many times a second: once this
+    process has found none, it does not ask again. Migrations are only ever applied, never taken
+    back, so none can become pending for this code; a newer node's are `/readyz`'s to report."""
+    if database.obj in _up_to_date:
+        return []
+    pending, _unknown = migration_state()
+    if not pending:
+        _up_to_date.add(database.obj)
+    return pending
+
+
+def migration_state() -> tuple[list[str], list[str]]:
+    """(pending, unknown): the migrations this code has and the database has not applied, and
+    those the database records that this code has no file for. One query of the history table,
+    for the health checks that ask on every probe (a Runner builds a model class, asks whether
+    the table exists, reads it and lists the folder each time). A database without the table
+    (never migrated) is asked the long way, which knows that case."""
+    try:
+        rows = database.execute_sql(f'SELECT "name" FROM "{HISTORY_TABLE}"').fetchall()
+    except peewee.DatabaseError:
+        if not database.is_closed() and not is_sqlite():
+            database.rollback()  # PostgreSQL refuses the transaction's next statement otherwise
+        return pending_migrations(), unknown_migrations()
+    applied = {row[0] for row in rows}
+    known = _migration_files()
+    return sorted(known - applied), sorted(applied - known)
 
 
 def refuse_newer_schema() -> None:

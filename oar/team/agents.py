@@ -15,8 +15,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from oar.core import defaults, safe_files
 from oar.team.runs import checked_agent, refuse
 
@@ -65,6 +63,9 @@ def load(data_dir: Path, name: str) -> dict[str, Any] | None:
     text = read_definitions(data_dir, name)
     if text is None:
         return None
+    # Imported here: only a team run's definitions are YAML, and most processes never read one.
+    import yaml
+
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as error:

@@ -6,14 +6,15 @@ error's text."""
 from __future__ import annotations
 
 import logging
+import time
 
-from flask import Blueprint, jsonify
+from flask import Blueprint, current_app, jsonify
 from flask.typing import ResponseReturnValue
 
 from oar import __version__
 from oar.core import presence
 from oar.core.db import database
-from oar.owner.bootstrap import pending_migrations, unknown_migrations
+from oar.owner.bootstrap import migration_state, pending_for_health
 from oar.web import runtime
 from oar.web.described import ANYONE, Operation, described
 
@@ -22,6 +23,8 @@ log = logging.getLogger(__name__)
 # What an anonymous caller learns of a failing database: that it fails. The error text (a
 # host, a port, a user name, a file path) goes to the log (docs/operations.md#health-check).
 DATABASE_UNAVAILABLE = "database: unavailable"
+# Where an app keeps its last healthy answer: (when, by the monotonic clock; the relay's name).
+LAST_HEALTHY = "oar.last_healthy"
 
 
 HEALTH = {
@@ -43,12 +46,17 @@ HEALTH = {
 ))
 def healthz() -> ResponseReturnValue:
     relay = runtime()
+    # A healthy answer is reused for HEALTH_REUSE_SECONDS: its database query and Redis ping cost
+    # twice the bare endpoint's request, and probes may come many times a second.
+    last: tuple[float, str] | None = current_app.extensions.get(LAST_HEALTHY)
+    if last is not None and time.monotonic() - last[0] < relay.time("HEALTH_REUSE_SECONDS"):
+        return jsonify({"ok": True, "version": __version__, "relay": last[1]})
     problems = []
     name = relay.config.relay_name
     try:
         database.connect(reuse_if_open=True)
         name = relay.relay_name()
-        pending = pending_migrations()
+        pending = pending_for_health()
         if pending:
             problems.append(f"database: migrations not applied ({', '.join(pending)}); run `python -m oar migrate`")
     except Exception as error:  # noqa: BLE001 - any failure here is what the check reports
@@ -59,7 +67,9 @@ def healthz() -> ResponseReturnValue:
     except Exception as error:  # noqa: BLE001
         problems.append(f"queue: Redis does not answer ({type(error).__name__})")
     if problems:
+        current_app.extensions.pop(LAST_HEALTHY, None)
         return jsonify({"ok": False, "version": __version__, "relay": name, "problems": problems}), 503
+    current_app.extensions[LAST_HEALTHY] = (time.monotonic(), name)
     return jsonify({"ok": True, "version": __version__, "relay": name})
 
 
@@ -97,9 +107,10 @@ def readyz() -> ResponseReturnValue:
     try:
         database.connect(reuse_if_open=True)
         name = relay.relay_name()
-        if unknown_migrations():
+        pending, unknown = migration_state()
+        if unknown:
             parts["database"] = "newer than this node"
-        elif pending_migrations():
+        elif pending:
             parts["database"] = "migrations not applied"
     except Exception as error:  # noqa: BLE001 - any failure here is what the check reports
         log.warning("readiness check: the database failed: %s: %s", type(error).__name__, error)

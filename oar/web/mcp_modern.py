@@ -13,18 +13,16 @@ from typing import Any
 
 from flask import jsonify, request
 from flask.typing import ResponseReturnValue
-from mcp.shared.inbound import (
-    ERROR_CODE_HTTP_STATUS,
-    InboundLadderRejection,
-    classify_inbound_request,
-    decode_header_value,
-)
 
 from oar import __version__
 from oar.core.models import Session
 from oar.web import mcp_tasks, mcp_wire, runtime
 from oar.web.mcp_calls import run_call
 from oar.web.mcp_wire import Message, ToolSet, WireError
+
+# The SDK's inbound ladder is imported in the functions that use it, at a web process's first
+# request of this revision: the SDK brings pydantic, anyio and starlette (~55 MB), which a web
+# process serving only the API, the page or older MCP clients never needs (docs/limits.md#memory).
 
 NAME_HEADER = "Mcp-Name"
 # The Tasks extension's methods; each names its task in `Mcp-Name`.
@@ -40,10 +38,14 @@ def is_modern(message: Message) -> bool:
 
 def http_status(code: int) -> int:
     """The HTTP status of an error of this revision (its table: 400 for bad requests, 404 for unknown methods)."""
+    from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS
+
     return ERROR_CODE_HTTP_STATUS.get(code, 200)
 
 
 def answer(tools: ToolSet, caller: Session, token_hash: str, message: Message) -> ResponseReturnValue:
+    from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request
+
     request_id = message.request_id
     headers = {name.lower(): value for name, value in request.headers.items()}
     route = classify_inbound_request(message.payload, headers=headers,
@@ -80,6 +82,8 @@ def _tool_call(tools: ToolSet, caller: Session, token_hash: str, message: Messag
 
 
 def _task_method(tools: ToolSet, token_hash: str, message: Message) -> ResponseReturnValue:
+    from mcp.shared.inbound import decode_header_value
+
     _require_tasks(message)
     task_id = message.params.get("taskId")
     if not isinstance(task_id, str) or not task_id:

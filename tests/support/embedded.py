@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import re
@@ -28,7 +29,6 @@ def embedded_environment(data_dir: Path, port: int, name: str, stale_seconds: in
         OAR_DATA_DIR=str(data_dir),
         PORT=str(port),
         OAR_RELAY_NAME=name,
-        OAR_WORKER_PROCESSES="2",
         WEB_CONCURRENCY="2",
         OAR_LOG_LEVEL="WARNING",
         OAR_TURN_HEARTBEAT_SECONDS="0.5",
@@ -49,6 +49,7 @@ class Launcher:
             log=data_dir / f"launcher-{secrets.token_hex(3)}.log", pipe_stdout=True,
         )
         self.process = self.managed.popen
+        self.data_dir = data_dir
         self.lines: list[str] = []
         # Every child seen, so that cleanup reaches those that outlived a killed launcher.
         self.seen: list[psutil.Process] = []
@@ -111,6 +112,12 @@ class Launcher:
                     found.append(candidate)
         self.seen.extend(p for p in found if p not in self.seen)
         return found
+
+    def roles(self) -> dict[str, psutil.Process]:
+        """The children the launcher started, by the names it records in launcher.json (web, worker,
+        redis): the web and the worker are forks of the launcher, with its command line."""
+        record = json.loads((self.data_dir / "launcher.json").read_text())
+        return {child["name"]: psutil.Process(child["pid"]) for child in record["children"]}
 
     def kill_everything(self) -> None:
         """Last resort cleanup: the process group and every child seen, also those that outlived the launcher."""
