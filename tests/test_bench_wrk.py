@@ -48,7 +48,7 @@ def test_it_uses_each_token_at_most_its_uses() -> None:
     class Counting(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        def do_POST(self) -> None:  # http.server's name
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             with lock:
                 seen[self.headers.get("Authorization", "")] += 1
