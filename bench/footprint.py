@@ -11,6 +11,11 @@ data dir:
   database's size is read before and after, once the clock has checkpointed the WAL: the pages in
   use (page count less free pages) and the files on disk (`oar.db` and `oar.db-wal`);
 - then memory again, with those messages in the database.
+
+`--procfile` measures the relay as the Procfile runs it instead (`oar migrate`, then `gunicorn
+wsgi:app`, `oar worker` and `oar clock` as separate commands, each its own interpreter) on the
+machine's Redis (`--redis-url`, a fresh namespace; its memory is not counted: it is the machine's)
+and SQLite in the fresh data dir.
 """
 
 from __future__ import annotations
@@ -77,6 +82,32 @@ def memory_by_role(data_dir: Path, launcher: int) -> dict[str, tuple[int, int, i
     return roles
 
 
+def start_embedded(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, str(PROJECT / "app.py")], cwd=PROJECT, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL)
+
+
+def start_procfile(env: dict[str, str]) -> dict[str, subprocess.Popen[bytes]]:
+    """The Procfile's web, worker and clock, each a command of its own as a process manager starts them."""
+    commands = {
+        "web": [sys.executable, "-m", "gunicorn", "wsgi:app"],
+        "worker": [sys.executable, "-m", "oar", "worker"],
+        "clock": [sys.executable, "-m", "oar", "clock"],
+    }
+    return {name: subprocess.Popen(command, cwd=PROJECT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+            for name, command in commands.items()}
+
+
+def memory_by_process(started: dict[str, subprocess.Popen[bytes]]) -> dict[str, tuple[int, int, int]]:
+    """(RSS, PSS, processes) of each started command's process tree."""
+    roles: dict[str, tuple[int, int, int]] = {}
+    for name, process in started.items():
+        sample = usage.sample(process.pid)
+        roles[name] = (sample.rss_bytes, sample.pss_bytes, len(usage.tree(process.pid)))
+    return roles
+
+
 def database_size(path: Path) -> tuple[int, int, int]:
     """(bytes in the pages in use, bytes of oar.db, bytes of oar.db-wal). The WAL file keeps the
     size it once reached: the clock's checkpoints copy it back and reuse it from its start, and
@@ -113,6 +144,8 @@ def run(argv: Sequence[str]) -> int:
     parser.add_argument("--sessions", type=int, default=10, help="conversations written to (default 10)")
     parser.add_argument("--prompts", type=int, default=500, help="owner prompts, each answered by echo (default 500)")
     parser.add_argument("--chars", type=int, default=500, help="characters of each prompt (default 500)")
+    parser.add_argument("--procfile", action="store_true", help="measure the Procfile's separate processes instead")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0", help="the Redis of --procfile")
     args = parser.parse_args(argv)
     folder = Path(tempfile.mkdtemp(prefix="oar-footprint-"))
     data_dir, port, token = folder / "var", free_port(), "oar_o_" + secrets.token_urlsafe(32)
@@ -121,13 +154,19 @@ def run(argv: Sequence[str]) -> int:
     env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "REDIS_URL", "OAR_NAMESPACE")}
     env.update(OAR_DATA_DIR=str(data_dir), PORT=str(port), OAR_OWNER_TOKEN=token, OAR_LOG_LEVEL="WARNING")
     url = f"http://127.0.0.1:{port}"
-    launcher = subprocess.Popen([sys.executable, str(PROJECT / "app.py")], cwd=PROJECT, env=env, start_new_session=True,
-                                stdout=subprocess.DEVNULL)
+    if args.procfile:
+        env.update(REDIS_URL=args.redis_url, OAR_NAMESPACE=f"footprint-{secrets.token_hex(4)}")
+        subprocess.run([sys.executable, "-m", "oar", "migrate"], cwd=PROJECT, env=env, check=True, capture_output=True)
+    started = start_procfile(env) if args.procfile else {"launcher": start_embedded(env)}
+
+    def memory() -> dict[str, tuple[int, int, int]]:
+        return memory_by_process(started) if args.procfile else memory_by_role(data_dir, started["launcher"].pid)
+
     try:
         wait_until("the relay's /healthz", lambda: requests.get(f"{url}/healthz", timeout=2).status_code == 200, 120)
         progress(f"relay up in {folder}; settling {SETTLE_SECONDS:g} s")
         time.sleep(SETTLE_SECONDS)
-        at_rest = memory_by_role(data_dir, launcher.pid)
+        at_rest = memory()
         owner = Owner(url, token)
         owner.open_to_agents()
         time.sleep(2)  # a checkpoint of the settings' writes
@@ -136,13 +175,16 @@ def run(argv: Sequence[str]) -> int:
         messages = write_messages(owner, args.sessions, args.prompts, args.chars)
         time.sleep(3)  # the clock checkpoints the WAL every second
         after = database_size(data_dir / "oar.db")
-        with_messages = memory_by_role(data_dir, launcher.pid)
+        with_messages = memory()
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(launcher.pid, signal.SIGINT)
-        launcher.wait(120)
+        for process in started.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGINT if process is started.get("launcher") else signal.SIGTERM)
+        for process in started.values():
+            process.wait(120)
         shutil.rmtree(folder, ignore_errors=True)
-    lines = ["OAR Relay benchmark: footprint of the embedded default (python app.py)",
+    way = "the Procfile's processes (the machine's Redis not counted)" if args.procfile else "the embedded default (python app.py)"
+    lines = [f"OAR Relay benchmark: footprint of {way}",
              f"{'process':<10} {'processes':>9} {'RSS at rest':>12} {'PSS at rest':>12} {'RSS after':>10} {'PSS after':>10}"]
     for role in at_rest:
         rss, pss, count = at_rest[role]
