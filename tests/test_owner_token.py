@@ -26,7 +26,7 @@ def test_it_finds_short_or_low_entropy_tokens_weak(token: str) -> None:
 
 @pytest.mark.parametrize("token", [
     ids.new_token("o"), secrets.token_urlsafe(32), secrets.token_hex(16), "0123456789abcdefghijklmnopqrstuv",
-])
+], ids=["owner-token", "urlsafe-32", "hex-16", "distinct-32"])  # named: every process collects the same tests
 def test_it_takes_random_tokens(token: str) -> None:
     assert owner_token_problem(token) is None
 
