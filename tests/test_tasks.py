@@ -4,6 +4,8 @@ and a task whose worker died."""
 
 from __future__ import annotations
 
+import os
+import signal
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,7 @@ import pytest
 
 from oar.background.task_recovery import ORPHANED_TEXT
 from oar.core.db import database
-from oar.core.models import Event, Task
+from oar.core.models import Event, Session, Task
 from oar.core.settings import default_cwd
 from oar.core.timeutil import utcnow
 from oar.engine.reconciler import reconcile
@@ -277,3 +279,17 @@ def test_text_no_process_takes_is_refused_at_the_call(relay: Relay, desk: Agent,
     )
     with database.connection_context():
         assert Task.select().count() == 0
+
+
+def test_a_task_whose_record_went_with_its_session_ends_quietly(relay: Relay, desk: Agent, logged: Any) -> None:
+    """A task's row removed while it runs (its session's rows deleted, as emptying the database
+    does): its end records nothing, and the worker raises nothing."""
+    relay.settings(allow_shell_tasks=True)
+    created = desk.ok("create_session", relay="this", text="!task sleep 60", wait_seconds=30)
+    session, task_id = created["session"], task_in(desk, created["session"])["taskId"]
+    pid = poll("the task to start", lambda: _pid_of(task_id))
+    with database.connection_context():
+        Session.delete().where(Session.id == session).execute()
+        assert Task.get_or_none(Task.id == task_id) is None
+    os.kill(pid, signal.SIGKILL)
+    poll("the worker to see the task end", lambda: f"task {task_id} ended" in logged.text())

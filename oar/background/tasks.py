@@ -227,10 +227,13 @@ def finish(runtime: Runtime, task_id: str, status: TaskStatus, exit_code: int | 
             .where((Task.id == task_id) & (Task.status == TaskStatus.RUNNING))
             .execute()
         )
-        task = Task.get_by_id(task_id)
-        if ended:
+        task = Task.get_or_none(Task.id == task_id)
+        if ended and task is not None:
             record_end_events(task, now)
     release_connection()
+    if task is None:  # its row went with its session's while it ran: nothing is left to record
+        log.warning("task %s ended %s; its record is gone", task_id, status)
+        return status
     if ended and task.started_by_turn:
         runtime.signal_turn(task.started_by_turn)
     return task.status
