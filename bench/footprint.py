@@ -177,9 +177,11 @@ def run(argv: Sequence[str]) -> int:
         after = database_size(data_dir / "oar.db")
         with_messages = memory()
     finally:
+        # The launcher stops on Ctrl-C as the README says; a process manager stops commands with SIGTERM.
+        stop = signal.SIGTERM if args.procfile else signal.SIGINT
         for process in started.values():
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGINT if process is started.get("launcher") else signal.SIGTERM)
+                os.killpg(process.pid, stop)
         for process in started.values():
             process.wait(120)
         shutil.rmtree(folder, ignore_errors=True)
