@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import requests
 
-from bench import seed, stack, usage, wrk
+from bench import report, seed, stack, usage, wrk
 from bench.owner import Owner
 from oar.core import defaults
 
@@ -190,4 +190,8 @@ def render(args: argparse.Namespace, running: stack.Running, totals: dict[str, M
             f"{max(figures.p50_ms):>8.1f}{max(figures.p99_ms):>8.1f}{figures.failed:>8}"
         )
     lines.append("CPU × bare: the call's server CPU per request ÷ the bare endpoint's (how many times its cost)")
+    for name, goal in GOALS.items():
+        ratio = totals[name].per_second / bare.per_second
+        lines.append(report.goal_line(f"{name} req/s (wrk)", f"× {ratio:.2f} of the bare endpoint's", f"≥ × {goal:g}",
+                                      ratio >= goal))
     return "\n".join(lines)

@@ -37,11 +37,14 @@ from pathlib import Path
 
 import requests
 
-from bench import usage
+from bench import report, usage
 from bench.owner import Owner
 
 PROJECT = Path(__file__).resolve().parent.parent
 SETTLE_SECONDS = 10.0
+# Issue #37: the embedded default at rest, summed over its processes (the Procfile way is reported).
+PSS_GOAL_MB = 150
+PROCESSES_GOAL = 6
 
 
 def progress(text: str) -> None:
@@ -206,5 +209,16 @@ def run(argv: Sequence[str]) -> int:
         f"{after[0] / 1e6:.2f} MB in use; oar.db {after[1] / 1e6:.2f} MB, oar.db-wal {after[2] / 1e6:.2f} MB",
         f"           per 1,000 messages: {per_thousand[0] / 1e6:.2f} MB in use, oar.db {per_thousand[1] / 1e6:.2f} MB",
     ]
+    lines.append(at_rest_goal_line(at_rest, args.procfile))
     print("\n".join(lines), flush=True)
     return 0
+
+
+def at_rest_goal_line(at_rest: dict[str, tuple[int, int, int]], procfile: bool) -> str:
+    processes = sum(count for _, _, count in at_rest.values())
+    pss_mb = sum(pss for _, pss, _ in at_rest.values()) / 1_048_576  # as usage.megabytes counts
+    measured = f"{pss_mb:.0f} MB PSS in {processes} processes"
+    if procfile:
+        return report.goal_line("footprint at rest, the Procfile way", measured, "", None)
+    met = pss_mb <= PSS_GOAL_MB and processes <= PROCESSES_GOAL
+    return report.goal_line("footprint at rest, python app.py", measured, f"≤ {PSS_GOAL_MB} MB, ≤ {PROCESSES_GOAL}", met)

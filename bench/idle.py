@@ -15,9 +15,10 @@ import sys
 import time
 from collections.abc import Sequence
 
-from bench import stack, usage
+from bench import report, stack, usage
 
 SETTLE_SECONDS = 10.0
+IDLE_GOAL_PERCENT = 1.0  # issue #37: an idle relay takes less than 1 % of a core
 
 
 def progress(text: str) -> None:
@@ -57,5 +58,8 @@ def run(argv: Sequence[str]) -> int:
         f"{'all':<10} {total_cpu / elapsed * 100:>16.2f} {total_wakeups / elapsed:>11.1f} "
         f"{usage.megabytes(total_rss):>8} {usage.megabytes(total_pss):>8}"
     )
+    idle_percent = total_cpu / elapsed * 100
+    lines.append(report.goal_line("idle CPU", f"{idle_percent:.2f} % of a core", f"< {IDLE_GOAL_PERCENT:g} %",
+                                  idle_percent < IDLE_GOAL_PERCENT))
     print("\n".join(lines), flush=True)
     return 0

@@ -47,3 +47,15 @@ def latency_line(label: str, values_ms: Sequence[float]) -> str:
         f"{label:<44}p50 {percentile(values_ms, 0.50):7.2f} ms   p99 {percentile(values_ms, 0.99):7.2f} ms"
         f"   max {max(values_ms):7.2f} ms"
     )
+
+
+def goal_line(figure: str, measured: str, goal: str, met: bool | None) -> str:
+    """A figure with its goal beside it (issue #37); `python -m bench goals` gathers these lines
+    from every part it runs. `met` None: a figure reported without a goal."""
+    verdict = "reported" if met is None else ("met" if met else "NOT MET")
+    return f"goal  {figure:<44}{measured:<34}{goal:<14}{verdict}"
+
+
+def p99_goal_line(figure: str, values_ms: Sequence[float], limit_ms: float) -> str:
+    p99 = percentile(values_ms, 0.99)
+    return goal_line(figure, f"p99 {p99:,.2f} ms", f"≤ {limit_ms:g} ms", p99 <= limit_ms)

@@ -38,6 +38,9 @@ from oar.core.timeutil import utcnow
 from oar.owner.bootstrap import migrate
 
 MB = 1024 * 1024
+# Issue #37: the tail read stays flat as the output grows. "Flat" here: the largest output's
+# tail p50 within × 1.5 of the 1 MB output's (a read that scanned the file would be × 100 at 100 MB).
+FLAT_GOAL_RATIO = 1.5
 BLOCK = "".join(
     f"\x1b[32mPASSED\x1b[0m tests/test_mod_{n % 97}.py::test_case_{n} token=sk-ant-api03-{n:032d}\n"
     + ("progress 42%\n" * (n % 3))
@@ -173,4 +176,12 @@ def run(argv: Sequence[str] | None = None) -> int:
               f"{statistics.median(from_database) * 1000:11.2f}  {report.percentile(from_database, 0.99) * 1000:7.2f}  "
               f"{statistics.median(file_only) * 1000:13.2f}  {statistics.median(database_only) * 1000:11.2f}  "
               f"{copied * 1000:8.2f}  {statistics.median(increments) * 1000:8.2f}")
+    print(flatness_line(rows[0][0], statistics.median(rows[0][1]), rows[-1][0], statistics.median(rows[-1][1])))
     return 0
+
+
+def flatness_line(small: int, small_p50: float, large: int, large_p50: float) -> str:
+    ratio = large_p50 / small_p50
+    return report.goal_line(f"read_task_output tail, {small // MB} MB → {large // MB:,} MB",
+                            f"p50 × {ratio:.2f} ({small_p50 * 1000:.2f} → {large_p50 * 1000:.2f} ms)",
+                            f"≤ × {FLAT_GOAL_RATIO:g}", ratio <= FLAT_GOAL_RATIO)
