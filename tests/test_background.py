@@ -3,9 +3,13 @@ its tasks have been quiet for a while (docs/waiting.md; 1 s in tests, 10 s by de
 
 from __future__ import annotations
 
+import os
 import sys
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+from oar.background.task_views import output_file_time
+from oar.core.models import Task
 from oar.core.settings import default_cwd
 from oar.turns.still_working import quiet_at
 from tests.support.clients import Agent
@@ -19,6 +23,20 @@ def test_quiet_is_counted_from_the_answer_and_the_last_output() -> None:
     assert quiet_at(T0, [T0 - timedelta(minutes=5)], 10) == T0 + timedelta(seconds=10)
     later = T0 + timedelta(seconds=42)
     assert quiet_at(T0, [T0 + timedelta(seconds=3), later], 10) == later + timedelta(seconds=10)
+
+
+def test_an_empty_output_file_is_no_output_and_a_written_one_gives_its_time(tmp_path: Path) -> None:
+    # A worker that claims the task late creates its file late: that is not output, and the
+    # quiet spell (and the stalls reported for it) must not begin again there.
+    path = tmp_path / "task.log"
+    path.touch()
+    written = T0 + timedelta(minutes=3)
+    os.utime(path, (written.timestamp(), written.timestamp()))
+    task = Task(started_at=T0, last_output_at=T0, output_path=str(path))
+    assert output_file_time(task) == T0
+    path.write_bytes(b"building\n")
+    os.utime(path, (written.timestamp(), written.timestamp()))
+    assert output_file_time(task) == datetime.fromtimestamp(written.timestamp(), UTC).replace(tzinfo=None)
 
 
 def test_a_session_still_writing_output_reports_running_with_its_reply(

@@ -122,10 +122,15 @@ def last_output_time(task: Task) -> datetime:
 
 def output_file_time(task: Task) -> datetime:
     """The output file's modification time on this machine (the heartbeat copies it to the row),
-    else the row's. A link is not followed (only its own time shows): docs/tasks.md#agent-output-files."""
+    else the row's. A link is not followed (only its own time shows): docs/tasks.md#agent-output-files.
+    An empty file has written nothing: its time is when the worker that claimed the task
+    created it, which on a busy machine may be long after the start (a quiet spell would begin
+    again there, and its stalls be reported twice)."""
     if task.output_path is not None:
         with contextlib.suppress(OSError):
-            return _utc_from_timestamp(os.lstat(task.output_path).st_mtime)
+            found = os.lstat(task.output_path)
+            if found.st_size > 0:
+                return _utc_from_timestamp(found.st_mtime)
     return task.last_output_at or task.started_at
 
 
