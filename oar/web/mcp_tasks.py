@@ -24,13 +24,13 @@ from flask import Response
 
 from oar.core import defaults, keys
 from oar.core.db import database, release_connection
-from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
 from oar.core.statuses import McpTaskStatus
 from oar.core.timeutil import iso, utcnow
 from oar.core.waiting import CallerWatch, Look, wait_on_signals, watched_by
 from oar.mcp_tasks import store
 from oar.mcp_tasks.models import McpTask
+from oar.sessions.sessions import Session
 from oar.turns import turns
 from oar.web import mcp_wire
 from oar.web.mcp_calls import event_stream, mcp_context
@@ -133,7 +133,7 @@ def current(tools: ToolSet, rt: Runtime, token_hash: str, task_id: Any) -> McpTa
 def _settle_orphan(tools: ToolSet, rt: Runtime, task: McpTask) -> None:
     """The task's process ended: its outcome is its prompt's, or it fails having done nothing."""
     now = utcnow()
-    message = Message.get_or_none(Message.id == task.message_id) if task.message_id else None
+    message = turns.find_message(task.message_id) if task.message_id else None
     if message is None:
         store.finish(rt, task.id, McpTaskStatus.FAILED, now, message=LOST_BEFORE_WRITING,
                      error={"code": mcp_wire.INTERNAL_ERROR, "message": LOST_BEFORE_WRITING})
