@@ -23,7 +23,7 @@ from oar.core.timeutil import utcnow
 from oar.core.waiting import watched_by
 from oar.federation import callers, pairing, provenance, stand_ins
 from oar.federation.client import API, Origin
-from oar.federation.models import PairingToken
+from oar.federation.pairing import PairingToken
 from oar.web import runtime
 from oar.web.auth import bearer_token, unauthorized
 from oar.web.bodies import json_body
