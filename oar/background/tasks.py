@@ -262,3 +262,8 @@ def payload(task: Task) -> dict[str, Any]:
         "status": task.status,
         "exitCode": task.exit_code,
     }
+
+
+def status_now(task_id: str) -> str:
+    """A task's status as stored now (it may have moved since its row was read)."""
+    return Task.get_by_id(task_id).status

@@ -9,7 +9,6 @@ locked" halfway through (`write_transaction`).
 from __future__ import annotations
 
 import contextlib
-import heapq
 import os
 import threading
 import time
@@ -22,6 +21,7 @@ from playhouse.db_url import connect as connect_url
 from playhouse.db_url import parse as parse_url
 from playhouse.pool import MaxConnectionsExceeded, PooledSqliteDatabase
 
+from oar.core import peewee_internals
 from oar.core.config import Config
 from oar.core.logs import hide_sql_parameters
 
@@ -67,22 +67,15 @@ class SqlitePool(PooledSqliteDatabase):
     busy_ms = 30_000  # every connection's busy timeout (`open_database` sets it from the config)
 
     def _close(self, conn: Any, close_conn: bool = False) -> None:
-        with self._pool_lock:
+        # peewee's own hook (oar/core/peewee_internals.py lists it for upgrades).
+        with peewee_internals.pool_lock(self):
             super()._close(conn, close_conn)
-            while len(self._connections) > SQLITE_IDLE_KEPT:
-                _, _, oldest = heapq.heappop(self._connections)
-                self._close_raw(oldest)
+            peewee_internals.trim_idle(self, SQLITE_IDLE_KEPT, self._close_raw)
 
     def forget_inherited(self) -> None:
         """In a forked child: never use the parent's connections (SQLite forbids carrying one
         across fork); they are dropped unclosed, and this process opens its own."""
-        idle: list[Any] = self._connections
-        in_use: dict[int, Any] = self._in_use
-        _abandoned.extend(conn for _, _, conn in idle)
-        _abandoned.extend(in_use.values())
-        self._connections: list[Any] = []
-        self._in_use: dict[int, Any] = {}
-        self._state.reset()
+        _abandoned.extend(peewee_internals.take_all_connections(self))
 
 
 # Kept referenced so that the child never closes (finalizes) what belongs to its parent.
@@ -305,5 +298,5 @@ def release_connection() -> None:
     Kept inside a transaction or an explicit `connection_context()`; the next query takes
     a connection again.
     """
-    if not database.in_transaction() and not database._state.ctx:
+    if not database.in_transaction() and not peewee_internals.in_connection_context(database):
         database.close()

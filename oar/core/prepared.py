@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 import peewee
 
+from oar.core import peewee_internals
 from oar.core.db import database
 
 # Longer `IN` lists (the owner's page, many sessions at once) are rare: their SQL is not kept.
@@ -70,7 +71,7 @@ class Prepared:
             return [compiled.make(row) for row in orjson.loads(text)] if text else []
         cursor = database.execute_sql(sql, params)
         if compiled.make is None:
-            return list(compiled.query._get_cursor_wrapper(cursor))
+            return list(peewee_internals.rows_from_cursor(compiled.query, cursor))
         return [compiled.make(row) for row in cursor.fetchall()]
 
     def first(self, *values: Any) -> Any:
@@ -147,19 +148,18 @@ def _as_one_row(query: Any, params: Sequence[Any]) -> str | None:
     integers (booleans are integers in SQLite), NULL; a column of another kind (above), or an
     extra column that is not a flag (`EXISTS`) or a one-column subquery of such a field, keeps
     the query as it is."""
-    columns = [node.node if isinstance(node, peewee.Alias) else node for node in query._returning]
+    columns = [node.node if isinstance(node, peewee.Alias) else node for node in peewee_internals.selected(query)]
     for column in columns:
         if isinstance(column, peewee.Field):
             if isinstance(column, _NOT_AS_JSON):
                 return None
         elif isinstance(column, peewee.Select):
-            inner = column._returning  # type: ignore[attr-defined]
+            inner = peewee_internals.selected(column)
             if len(inner) != 1 or not isinstance(inner[0], peewee.Field) or isinstance(inner[0], _NOT_AS_JSON):
                 return None
         elif not (isinstance(column, peewee.Function) and (column.name or "").upper() == "EXISTS"):
             return None
-    one = query.clone()
-    one._returning = [peewee.fn.json_array(*columns).alias("oar_row")]
+    one = peewee_internals.selecting(query, [peewee.fn.json_array(*columns).alias("oar_row")])
     sql, one_params = one.sql()
     if list(one_params) != list(params):  # the columns held no parameters of their own: kept as they were
         return None
@@ -201,13 +201,14 @@ def _maker(query: Any) -> Callable[[Sequence[Any]], Any] | None:
     tuple with the columns' names (no model instance: the cheapest rows that read like one),
     extras included."""
     model = query.model
-    returning = list(query._returning)
+    returning = peewee_internals.selected(query)
+    row_type = peewee_internals.row_type(query)
     fields = [node for node in returning if isinstance(node, peewee.Field)]
     extras = returning[len(fields):]
     if not all(field.model is model for field in fields) or fields != returning[: len(fields)]:
         return None
     if extras and (
-        query._row_type not in (None, peewee.ROW.NAMED_TUPLE) or not all(isinstance(node, peewee.Alias) for node in extras)
+        row_type not in (None, peewee.ROW.NAMED_TUPLE) or not all(isinstance(node, peewee.Alias) for node in extras)
     ):
         return None
     names = [field.name for field in fields]
@@ -222,23 +223,24 @@ def _maker(query: Any) -> Callable[[Sequence[Any]], Any] | None:
                 values[index] = convert(values[index])
         return values
 
-    if query._row_type == peewee.ROW.TUPLE:
+    if row_type == peewee.ROW.TUPLE:
         if not converting:
             return tuple
         return lambda row: tuple(converted(row))
-    if query._row_type == peewee.ROW.NAMED_TUPLE:
+    if row_type == peewee.ROW.NAMED_TUPLE:
         # Named by column: a foreign key's value reads `group_id`, as on a model instance.
-        columns = [field.column_name for field in fields] + [node._alias for node in extras]
+        columns = [field.column_name for field in fields] + [peewee_internals.alias_name(node) for node in extras]
         shape = collections.namedtuple(f"{model.__name__}Row", columns)  # type: ignore[misc]
         return lambda row: shape._make(converted(row) if converting else row)
-    if query._row_type is not None:
+    if row_type is not None:
         return None
-    extra_names = [node._alias for node in extras]
+    extra_names = [peewee_internals.alias_name(node) for node in extras]
     width = len(names)
 
     def make(row: Sequence[Any]) -> Any:
-        instance = model(__no_default__=1)
-        instance.__data__ = dict(zip(names, converted(row[:width]) if converting else row[:width], strict=True))
+        instance = peewee_internals.instance_of(
+            model, dict(zip(names, converted(row[:width]) if converting else row[:width], strict=True))
+        )
         for name, value in zip(extra_names, row[width:], strict=True):
             setattr(instance, name, value)
         return instance

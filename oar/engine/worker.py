@@ -37,7 +37,7 @@ from oar.core.config import from_environment
 from oar.core.db import open_database
 from oar.core.presence import WORKER, Beacon
 from oar.core.runtime import Runtime
-from oar.engine import clock
+from oar.engine import clock, rq_internals
 from oar.owner.bootstrap import refuse_newer_schema
 
 log = logging.getLogger(__name__)
@@ -57,9 +57,8 @@ class ThreadScheduler(RQScheduler):
     worker's process, where RQ forks a process for it: the same loop, one process fewer."""
 
     def start(self) -> threading.Thread:
-        self._status = self.Status.STARTED
         thread = threading.Thread(target=run_scheduler, args=(self,), name="rq-scheduler", daemon=True)
-        self._process = thread  # type: ignore[assignment]  # RQ's worker asks `_process.is_alive()` to restart a dead scheduler
+        rq_internals.scheduler_running_in(self, thread)
         thread.start()
         return thread
 
@@ -102,7 +101,7 @@ class ThreadedWorker(SimpleWorker):
         if takes_a_slot:
             # Blocks the dequeue loop while every thread is busy: the job waits in Redis.
             self._slots.acquire()
-        execution = self.prepare_execution(job)
+        execution = rq_internals.prepare_execution(self, job)
         thread = threading.Thread(
             target=self._perform, args=(job, queue, execution, takes_a_slot), name=f"rq-{job.id}", daemon=True,
         )
@@ -112,7 +111,7 @@ class ThreadedWorker(SimpleWorker):
 
     def _perform(self, job: Job, queue: Queue, execution: Any, took_a_slot: bool) -> None:
         try:
-            self.perform_job(job, queue, execution)
+            rq_internals.perform_job(self, job, queue, execution)
         except Exception:
             log.exception("job %s failed outside its own handler", job.id)
         finally:
@@ -136,9 +135,10 @@ class ThreadedWorker(SimpleWorker):
         if scheduler is None:
             return
         scheduler.request_stop()
-        if isinstance(scheduler._process, threading.Thread):
+        thread = rq_internals.scheduler_thread(scheduler)
+        if thread is not None:
             # The loop sleeps its interval (1 s) between looks, then releases its lock and stops.
-            scheduler._process.join(timeout=scheduler.interval + 5)
+            thread.join(timeout=scheduler.interval + 5)
 
     def teardown(self) -> None:
         if self._beacon is not None:

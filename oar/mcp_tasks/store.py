@@ -51,6 +51,11 @@ def owned(task_id: Any, token_hash: str, now: datetime) -> McpTask | None:
     return task
 
 
+def read(task_id: str) -> McpTask:
+    """The task `task_id` as stored now (it may have moved since it was read)."""
+    return McpTask.get_by_id(task_id)
+
+
 def is_ended(task: McpTask) -> bool:
     return task.status in ENDED_MCP_TASK
 

@@ -70,9 +70,17 @@ def stored_view(row: ProviderRow) -> dict[str, Any]:
     return provider_view(providers.from_row(row))
 
 
+def stored_configuration(runtime: Runtime, name: str) -> tuple[str, dict[str, Any]] | None:
+    """(kind, options) of the provider stored as `name`, for a form that edits it, or None; never its API key."""
+    row = ProviderRow.get_or_none(ProviderRow.name == name)
+    return None if row is None else (row.kind, dict(row.options or {}))
+
+
 def save_provider(runtime: Runtime, name: str, payload: dict[str, Any]) -> tuple[ProviderRow, str | None]:
-    """Create or replace a provider's configuration; models are discovered when not listed.
-    Returns the stored row and a note on the model discovery (or None)."""
+    """Create or replace a provider's configuration; models are discovered when not listed. The
+    one save of every surface (the owner API's PUT, the page's form): the options given replace the
+    stored ones, except that a missing `api_key` and an `environment` variable given as null keep
+    their stored values (docs/owner-api.md#providers). Returns the stored row and a note on the model discovery (or None)."""
     return provider_settings.save(name, payload)
 
 

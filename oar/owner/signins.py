@@ -11,9 +11,9 @@ from __future__ import annotations
 import secrets
 from datetime import datetime, timedelta
 
-from oar.core import defaults, ids
+from oar.core import defaults, ids, settings
 from oar.core.db import write_transaction
-from oar.core.models import SignIn
+from oar.core.models import Setting, SignIn
 from oar.core.timeutil import utcnow
 
 LIFETIME = timedelta(seconds=defaults.SIGN_IN_LIFETIME_SECONDS)
@@ -68,3 +68,15 @@ def count(now: datetime | None = None) -> int:
     """Browsers signed in now."""
     now = now or utcnow()
     return SignIn.select().where(SignIn.last_seen_at > now - LIFETIME).count()
+
+
+def stored_secret(name: str) -> str:
+    """The random secret kept in the setting `name`, generated and stored on first use.
+
+    Two processes starting at once both try to insert; the first insert wins and both read it back."""
+    stored = settings.get_value(name)
+    if not stored:
+        with write_transaction():
+            Setting.insert(key=name, value=secrets.token_urlsafe(48)).on_conflict_ignore().execute()
+        stored = settings.get_value(name)
+    return stored

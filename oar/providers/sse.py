@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import requests
 
 from oar.core import tracing
+from oar.providers import http_internals
 from oar.providers.base import TurnControl
 
 # The most of an error body kept for the failure text.
@@ -302,7 +303,7 @@ def _traced(request: StreamRequest) -> Iterator[Any]:
 
 
 def _close_under_read(response: requests.Response) -> None:
-    sock = _socket_of(response)
+    sock = http_internals.socket_of(response)
     if sock is not None:
         try:
             sock.shutdown(socket.SHUT_RDWR)
@@ -311,11 +312,6 @@ def _close_under_read(response: requests.Response) -> None:
     response.close()
 
 
-def _socket_of(response: requests.Response) -> socket.socket | None:
-    try:
-        return response.raw._fp.fp.raw._sock
-    except AttributeError:
-        return None
 
 
 def _limited_body(response: requests.Response, limit: int = 65_536) -> bytes:

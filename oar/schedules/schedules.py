@@ -315,3 +315,8 @@ def view(schedule: Schedule, viewer_id: str | None = None) -> dict[str, Any]:
 
 def new_id() -> str:
     return ids.prefixed_id("sch")
+
+
+def active_soonest_first() -> list[Schedule]:
+    """Every active schedule, the next to fire first (the owner's ⏰ list)."""
+    return list(Schedule.select().where(Schedule.ended_at.is_null()).order_by(Schedule.next_fire_at, Schedule.created_at))

@@ -184,3 +184,9 @@ def _after_leaving(group_id: str, session_id: str) -> None:
             Group.delete().where(Group.id == group.id).execute()
     elif group.head_session_id == session_id:
         Group.update(head_session_id=remaining.id).where(Group.id == group.id).execute()
+
+
+def empty_owner_groups() -> list[Group]:
+    """The owner's groups that are not dissolved but have no live member left."""
+    rows = Group.select().where((Group.owner_created == True) & (Group.dissolved == False))  # noqa: E712
+    return [group for group in rows if not live_members(group).exists()]

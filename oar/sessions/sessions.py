@@ -205,3 +205,25 @@ def described(session: Session, state: str) -> dict[str, Any]:
     if session.agent_outside:
         entry["agentOutside"] = True
     return entry
+
+
+def recently_active(archived: bool, limit: int) -> list[Session]:
+    """The sessions a list shows (open or archived; stand-ins left out), most recently active first."""
+    return list(
+        Session.select()
+        .where(Session.live_local(archived=archived))
+        .order_by(Session.last_activity_at.desc(), Session.id.desc())
+        .limit(limit)
+    )
+
+
+def titles(session_ids: set[str]) -> dict[str, str]:
+    """Each named session's title, by id (deleted ones too: a name once shown stays readable)."""
+    if not session_ids:
+        return {}
+    return {row.id: row.title for row in Session.select(Session.id, Session.title).where(Session.id.in_(list(session_ids)))}
+
+
+def token_count(session_id: str) -> int:
+    """How many agent tokens of a conversation work."""
+    return AgentToken.select().where(AgentToken.session == session_id).count()

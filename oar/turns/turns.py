@@ -451,3 +451,37 @@ def cancel_queued(session: Session, reason: str) -> list[str]:
             Message.id.in_(queued) & (Message.status == TurnStatus.QUEUED)
         ).execute()
     return queued
+
+
+def newest_messages(session_id: str, limit: int) -> list[Message]:
+    """A session's newest `limit` messages, oldest first."""
+    rows = list(Message.select().where(Message.session == session_id).order_by(Message.seq.desc()).limit(limit))
+    rows.reverse()
+    return rows
+
+
+def newest_message_states(session_id: str, limit: int) -> list[Message]:
+    """The same messages as `newest_messages` with only what says they changed (seq, status,
+    reply_id), not their texts: for a poll that asks whether to fetch them again."""
+    rows = list(
+        Message.select(Message.seq, Message.status, Message.reply_id)
+        .where(Message.session == session_id).order_by(Message.seq.desc()).limit(limit)
+    )
+    rows.reverse()
+    return rows
+
+
+def live_turn(session: Session) -> Message | None:
+    """The session's turn being run or written now, or None."""
+    if not session.active_turn:
+        return None
+    turn = Message.get_or_none(Message.id == session.active_turn)
+    return turn if turn is not None and turn.status in LIVE_TURN else None
+
+
+def find_message(message_id: str, session_id: str | None = None) -> Message | None:
+    """The message `message_id` (of the session `session_id`, when given), or None."""
+    where = Message.id == message_id
+    if session_id is not None:
+        where &= Message.session == session_id
+    return Message.get_or_none(where)

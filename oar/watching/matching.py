@@ -17,6 +17,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from oar.core import peewee_internals
 from oar.core.models import Event, Session, Subscription
 from oar.sessions import visibility
 from oar.watching import delivery, event_lines, subscription_rules
@@ -160,7 +161,7 @@ class Match:
         """Inside the write transaction: the subscriptions and session titles matched against are
         the ones there now (else the batch is matched again)."""
         return (
-            _subscriptions() == [s.__data__ for s in self.subscriptions] and _titles(self.events) == self.titles
+            _subscriptions() == [peewee_internals.stored_values(s) for s in self.subscriptions] and _titles(self.events) == self.titles
             and visibility.relay_visibility() == self.visibility
         )
 
@@ -170,7 +171,7 @@ def _subscriptions_query() -> Any:
 
 
 def _subscriptions() -> list[dict[str, Any]]:
-    return [s.__data__ for s in _subscriptions_query()]
+    return [peewee_internals.stored_values(s) for s in _subscriptions_query()]
 
 
 def _titles(events: list[Event]) -> dict[str, str]:

@@ -56,3 +56,18 @@ def view(subscription: Subscription) -> dict[str, Any]:
     entry["heldCount"] = sum(row.count for row in held)  # a bundle holds `count` events
     entry["nextDeliveryAt"] = iso(min((row.due_at for row in held), default=None))
     return entry
+
+
+def watched_open_count(rows: list[Subscription]) -> int:
+    """How many open sessions (stand-ins left out, as the lists leave them out) the active
+    subscriptions `rows` watch. Counted in the database without loading every session: the
+    owner's page asks every second."""
+    named = {sid for row in rows if row.scope == "sessions" for sid in row.sessions or []}
+    open_sessions = Session.select(Session.id).where(Session.live_local(archived=False))
+    everything = [row for row in rows if row.scope == "all"]
+    if not everything:
+        return open_sessions.where(Session.id.in_(list(named))).count() if named else 0
+    # Left out by every ["all"] subscription: its watcher and its exclusions.
+    left_out = set.intersection(*({*(row.exclude or []), row.watcher_id} for row in everything))
+    left_out_open = {r.id for r in open_sessions.where(Session.id.in_(list(left_out)))} if left_out else set()
+    return open_sessions.count() - len(left_out_open) + len(named & left_out_open)

@@ -25,6 +25,7 @@ from oar.core.errors import ActionError, database_busy
 from oar.core.fields import unstorable_text
 from oar.core.runtime import Runtime
 from oar.owner.bootstrap import refuse_newer_schema
+from oar.web import flask_internals
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +61,12 @@ class RelayJSONProvider(DefaultJSONProvider):
 
     def response(self, *args: Any, **kwargs: Any) -> SansIOResponse:
         """`jsonify`: Flask's, with orjson's bytes kept as bytes (not decoded to be encoded again)."""
-        if self.compact is False or (self.compact is None and self._app.debug):
+        if self.compact is False or (self.compact is None and flask_internals.app_of(self).debug):
             return super().response(*args, **kwargs)
-        obj = self._prepare_response_obj(args, kwargs)
+        obj = flask_internals.response_value(self, args, kwargs)
         compact = _orjson_dumps(obj, self.default)
         body = compact + b"\n" if compact is not None else f"{self._standard_dumps(obj, **COMPACT)}\n"
-        # Typed as werkzeug's sans-IO response, whose first argument is the status; Flask's takes the body.
-        return self._app.response_class(body, mimetype=self.mimetype)  # type: ignore[arg-type]
+        return flask_internals.app_of(self).response_class(body, mimetype=self.mimetype)
 
     def loads(self, s: str | bytes, **kwargs: Any) -> Any:
         """Request bodies: orjson where it reads the text as the standard library would, which

@@ -12,7 +12,6 @@ from oar.background import task_views, tasks
 from oar.core import tracing
 from oar.core.errors import STATUS_BY_CODE, invalid
 from oar.core.fields import Param, check_fields
-from oar.core.models import Task
 from oar.core.ratelimit import refuse_over_limit
 from oar.core.timeutil import utcnow
 from oar.core.waiting import watched_by
@@ -81,4 +80,4 @@ def stop_task(task_id: str) -> ResponseReturnValue:
     task = tasks.find(caller, task_id, runtime().relay_name(), "Nothing was stopped.")
     refuse_over_limit(runtime(), caller.id, is_write=True, nothing="Nothing was stopped.")
     stopping = tasks.request_stop(runtime(), task)
-    return jsonify({"ok": True, "taskId": task.id, "stopRequested": stopping, "status": Task.get_by_id(task.id).status})
+    return jsonify({"ok": True, "taskId": task.id, "stopRequested": stopping, "status": tasks.status_now(task.id)})

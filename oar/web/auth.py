@@ -7,8 +7,8 @@ from flask import request
 from oar.core import ids, settings
 from oar.core.config import Config
 from oar.core.errors import ActionError
-from oar.core.models import Session
 from oar.sessions import sessions
+from oar.sessions.sessions import Session
 
 
 def bearer_token() -> str | None:

@@ -17,13 +17,13 @@ from flask.typing import ResponseReturnValue
 from oar import providers
 from oar.core.errors import ActionError, invalid, not_found
 from oar.core.fields import Param, check_fields
-from oar.core.models import Message, Session
 from oar.core.numbers import whole_or_refuse
 from oar.core.ratelimit import refuse_over_limit
 from oar.core.statuses import LIVE_TURN
 from oar.core.wait_slots import wait_slot
 from oar.core.waiting import CallerGone, watched_by
-from oar.turns import external
+from oar.sessions.sessions import Session
+from oar.turns import external, turns
 from oar.web import runtime
 from oar.web.auth import require_agent
 from oar.web.bodies import json_body
@@ -100,7 +100,7 @@ def post_to_turn(turn_id: str) -> ResponseReturnValue:
     if not isinstance(body, dict):
         raise invalid("The body must be a JSON object: {text?, activity?, usage?, done?, error?}. Nothing was posted.")
     args, _ = check_fields("external post", POST_FIELDS, body, strict=True, nothing="Nothing was posted.")
-    turn = Message.get_or_none((Message.id == turn_id) & (Message.session == session.id))
+    turn = turns.find_message(turn_id, session.id)
     if turn is None:
         raise not_found(f"Session {session.id[:8]} has no turn {turn_id[:64]}. Nothing was posted.")
     if turn.status not in LIVE_TURN or turn.stop_requested:

@@ -24,7 +24,7 @@ from oar.actions.registry import ACTIONS
 from oar.actions.schema import relay_tool
 from oar.core import ids
 from oar.core.errors import ActionError
-from oar.core.models import Session
+from oar.sessions.sessions import Session
 from oar.turns import outside
 from oar.web import mcp_modern, mcp_wire, runtime
 from oar.web.auth import bearer_token, require_agent

@@ -20,9 +20,9 @@ from flask.typing import ResponseReturnValue
 from oar.actions.context import CallContext
 from oar.core import tracing
 from oar.core.db import database
-from oar.core.models import Session
 from oar.core.runtime import Runtime
 from oar.core.waiting import CallerWatch, watched_by
+from oar.sessions.sessions import Session
 from oar.web import mcp_wire
 from oar.web.connection import connection_watch
 from oar.web.mcp_wire import ToolCall, ToolSet

@@ -15,7 +15,7 @@ from flask import jsonify, request
 from flask.typing import ResponseReturnValue
 
 from oar import __version__
-from oar.core.models import Session
+from oar.sessions.sessions import Session
 from oar.web import mcp_tasks, mcp_wire, runtime
 from oar.web.mcp_calls import run_call
 from oar.web.mcp_wire import Message, ToolSet, WireError

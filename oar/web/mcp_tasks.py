@@ -24,13 +24,13 @@ from flask import Response
 
 from oar.core import defaults, keys
 from oar.core.db import database, release_connection
-from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
 from oar.core.statuses import McpTaskStatus
 from oar.core.timeutil import iso, utcnow
 from oar.core.waiting import CallerWatch, Look, wait_on_signals, watched_by
 from oar.mcp_tasks import store
-from oar.mcp_tasks.models import McpTask
+from oar.mcp_tasks.store import McpTask
+from oar.sessions.sessions import Session
 from oar.turns import turns
 from oar.web import mcp_wire
 from oar.web.mcp_calls import event_stream, mcp_context
@@ -65,7 +65,7 @@ def _run(tools: ToolSet, rt: Runtime, caller: Session, call: ToolCall, version: 
         body = _call(tools, rt, caller, call, task_id)
         if store.cancel_requested(task_id):
             # A cancel that came before the call noted its prompt could not stop it: it is stopped here.
-            written = McpTask.get_by_id(task_id).message_id
+            written = store.read(task_id).message_id
             if written:
                 turns.stop_prompt(rt, written)
             store.finish(rt, task_id, McpTaskStatus.CANCELLED, utcnow(), message="Cancelled by the client (tasks/cancel).")
@@ -126,14 +126,14 @@ def current(tools: ToolSet, rt: Runtime, token_hash: str, task_id: Any) -> McpTa
         raise WireError(mcp_wire.INVALID_PARAMS, "Failed to retrieve task: Task not found.")
     if store.orphaned(task, now):
         _settle_orphan(tools, rt, task)
-        task = McpTask.get_by_id(task.id)
+        task = store.read(task.id)
     return task
 
 
 def _settle_orphan(tools: ToolSet, rt: Runtime, task: McpTask) -> None:
     """The task's process ended: its outcome is its prompt's, or it fails having done nothing."""
     now = utcnow()
-    message = Message.get_or_none(Message.id == task.message_id) if task.message_id else None
+    message = turns.find_message(task.message_id) if task.message_id else None
     if message is None:
         store.finish(rt, task.id, McpTaskStatus.FAILED, now, message=LOST_BEFORE_WRITING,
                      error={"code": mcp_wire.INTERNAL_ERROR, "message": LOST_BEFORE_WRITING})

@@ -21,10 +21,9 @@ from datetime import timedelta
 from flask import Flask, Request, abort, g, request, session
 from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
 
-from oar.core import defaults, settings
+from oar.core import defaults
 from oar.core.config import Config
-from oar.core.db import database, write_transaction
-from oar.core.models import Setting
+from oar.core.db import database
 from oar.core.ratelimit import FailureLimiter
 from oar.owner import signins
 from oar.web import runtime
@@ -47,18 +46,9 @@ def is_page_path(path: str) -> bool:
 
 
 def load_secret_key() -> str:
-    """The page's signing key: read from the database, or generated and stored once.
-
-    Two processes starting at once both try to insert; the first insert wins and both read
-    it back.
-    """
+    """The page's signing key: read from the database, or generated and stored once."""
     with database.connection_context():
-        stored = settings.get_value(SECRET_KEY_SETTING)
-        if not stored:
-            with write_transaction():
-                Setting.insert(key=SECRET_KEY_SETTING, value=secrets.token_urlsafe(48)).on_conflict_ignore().execute()
-            stored = settings.get_value(SECRET_KEY_SETTING)
-    return stored
+        return signins.stored_secret(SECRET_KEY_SETTING)
 
 
 class PageSessionInterface(SecureCookieSessionInterface):

@@ -13,7 +13,6 @@ from flask.typing import ResponseReturnValue
 
 from oar.core.errors import ActionError, invalid
 from oar.core.fields import unstorable_text
-from oar.core.models import Provider as ProviderRow
 from oar.owner import conversations, providers, relays, settings, signins
 from oar.sessions import visibility
 from oar.web import page_environment, page_views, runtime
@@ -35,8 +34,6 @@ SETTINGS_SECTIONS = {
 }
 # The owner's sessions_visibility choices as the form names them (docs/rules.md#visibility), widest first.
 VISIBILITY_CHOICES = {value: visibility.WHAT_IT_SEES[value] for value in ("all", "agent", "tree", "self")}
-# Provider options the form does not show; editing a provider of the same kind keeps them.
-PROVIDER_KEPT_OPTIONS = ("family", "billing", "workspace", "dotted_model_ids", "resume_args", "output_format", "end_of_options")
 PROVIDER_KINDS_OFFERED = ("chat", "responses", "anthropic", "cli", "external", "echo")
 
 
@@ -44,9 +41,9 @@ def settings_page(status: int = 200, **extra: Any) -> ResponseReturnValue:
     values = extra.pop("values", None) or settings.read_settings(runtime())
     editing = extra.pop("provider_values", None)
     if editing is None and request.args.get("edit"):
-        row = ProviderRow.get_or_none(ProviderRow.name == request.args["edit"])
-        if row is not None:
-            editing = provider_form_values(row)
+        stored = providers.stored_configuration(runtime(), request.args["edit"])
+        if stored is not None:
+            editing = provider_form_values(request.args["edit"], *stored)
     return render_template(
         "settings.html", page_kind="settings", values=values, providers=page_views.provider_list(),
         provider_values=editing or {"kind": "chat"}, kinds=PROVIDER_KINDS_OFFERED, sign_ins=signins.count(),
@@ -97,12 +94,11 @@ def save_settings() -> ResponseReturnValue:
     return redirect(url_for("page.settings_view") + anchor, code=303)
 
 
-def provider_form_values(row: ProviderRow) -> dict[str, Any]:
+def provider_form_values(name: str, kind: str, options: dict[str, Any]) -> dict[str, Any]:
     """A stored provider as the form shows it (never its API key)."""
-    options = row.options or {}
     return {
-        "name": row.name,
-        "kind": row.kind,
+        "name": name,
+        "kind": kind,
         "base_url": options.get("base_url", ""),
         "models": ", ".join(options.get("models") or []),
         "default_model": options.get("default_model", ""),
@@ -136,11 +132,6 @@ def save_provider() -> ResponseReturnValue:
                 fields["command"] = shlex.split(shown["command"])
             except ValueError as error:
                 raise invalid(f"provider: command is not a valid argument list ({error}). Nothing was changed.") from None
-        existing = ProviderRow.get_or_none(ProviderRow.name == name)
-        if existing is not None and existing.kind == shown["kind"]:
-            for key in PROVIDER_KEPT_OPTIONS:
-                if key in (existing.options or {}):
-                    fields.setdefault(key, existing.options[key])
         if not name:
             raise invalid("provider: give the provider a name. Nothing was changed.")
         row, note = providers.save_provider(runtime(), name, payload_of(fields))

@@ -24,9 +24,9 @@ import oar
 from oar.core import defaults
 from oar.core.config import Config
 from oar.core.errors import ActionError
-from oar.core.models import Session
 from oar.owner import conversations
 from oar.sessions import sessions
+from oar.sessions.sessions import Session
 from oar.web import page_views, runtime
 from oar.web.page import blueprint, done, form_text, payload_of, refused
 

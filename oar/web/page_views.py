@@ -13,8 +13,7 @@ from typing import Any
 
 from oar import providers
 from oar.approvals import cards
-from oar.core.models import AgentToken, Group, Message, Schedule, Session
-from oar.core.statuses import ERRED_TURN, LIVE_TURN, UNANSWERED_TURN, TurnStatus
+from oar.core.statuses import ERRED_TURN, UNANSWERED_TURN, TurnStatus
 from oar.core.timeutil import utcnow
 from oar.openclaw.access import overrides
 from oar.openclaw.openclaw_runs import provenance_of
@@ -23,8 +22,10 @@ from oar.owner.providers import provider_view
 from oar.owner.subscriptions import active_subscriptions
 from oar.schedules import schedules
 from oar.sessions import groups, session_state, sessions
+from oar.sessions.sessions import Session
 from oar.turns import outside, turns
-from oar.watching import subscription_rules
+from oar.turns.turns import Message
+from oar.watching import subscription_rules, views
 
 # Messages shown on a session page (the newest ones), and sessions on the list.
 MESSAGES_SHOWN = 200
@@ -77,13 +78,7 @@ def tool_lines(activities: list[str] | None) -> list[str]:
 
 
 def session_rows(archived: bool) -> list[dict[str, Any]]:
-    rows = list(
-        Session.select()
-        .where(Session.live_local(archived=archived))
-        .order_by(Session.last_activity_at.desc(), Session.id.desc())
-        .limit(SESSIONS_SHOWN)
-    )
-    listed = sessions.listed_many(rows)
+    listed = sessions.listed_many(sessions.recently_active(archived, SESSIONS_SHOWN))
     watching = active_subscriptions()
     for entry in listed:
         entry["watched"] = any(subscription_rules.watches(sub, entry["id"]) for sub in watching)
@@ -95,9 +90,8 @@ def watching() -> dict[str, Any]:
     the list leaves them out) and a chip per subscription. Counted without loading every session:
     the page asks every second."""
     rows = active_subscriptions()
-    named = {sid for row in rows if row.scope == "sessions" for sid in row.sessions or []}
     shown = {row.watcher_id for row in rows} | {sid for row in rows for sid in (row.sessions or [])[:3]}
-    titles = _titles(shown)
+    titles = sessions.titles(shown)
     chips = []
     for row in rows:
         if row.scope == "all":
@@ -108,28 +102,17 @@ def watching() -> dict[str, Any]:
                 what += f" and {len(row.sessions) - 3} more"
         chips.append({"id": row.id, "watcher": titles.get(row.watcher_id, row.watcher_id[:8]),
                       "watcherId": row.watcher_id, "what": what, "events": row.events})
-    open_sessions = Session.select(Session.id).where(Session.live_local(archived=False))
-    everything = [row for row in rows if row.scope == "all"]
-    if everything:
-        # Left out by every ["all"] subscription: its watcher and its exclusions.
-        left_out = set.intersection(*({*(row.exclude or []), row.watcher_id} for row in everything))
-        left_out_open = {r.id for r in open_sessions.where(Session.id.in_(list(left_out)))} if left_out else set()
-        count = open_sessions.count() - len(left_out_open) + len(named & left_out_open)
-    else:
-        count = open_sessions.where(Session.id.in_(list(named))).count() if named else 0
-    return {"count": count, "chips": chips}
+    return {"count": views.watched_open_count(rows), "chips": chips}
 
 
 def schedule_list() -> list[dict[str, Any]]:
     """The ⏰ list: active schedules, soonest first."""
-    rows = Schedule.select().where(Schedule.ended_at.is_null()).order_by(Schedule.next_fire_at, Schedule.created_at)
-    return [schedules.view(row) for row in rows]
+    return [schedules.view(row) for row in schedules.active_soonest_first()]
 
 
 def empty_owner_groups() -> list[dict[str, Any]]:
     """Owner groups with no sessions left: shown as `group · empty`."""
-    rows = Group.select().where((Group.owner_created == True) & (Group.dissolved == False))  # noqa: E712
-    return [{"id": g.id, "name": groups.display_name(g)} for g in rows if not groups.live_members(g).exists()]
+    return [{"id": g.id, "name": groups.display_name(g)} for g in groups.empty_owner_groups()]
 
 
 def provider_choices() -> list[dict[str, Any]]:
@@ -158,11 +141,7 @@ def overview(archived: bool) -> dict[str, Any]:
 
 def newest_messages(session: Session) -> list[Message]:
     """The messages a session page shows, oldest first."""
-    rows = list(
-        Message.select().where(Message.session == session.id).order_by(Message.seq.desc()).limit(MESSAGES_SHOWN)
-    )
-    rows.reverse()
-    return rows
+    return turns.newest_messages(session.id, MESSAGES_SHOWN)
 
 
 def messages_version(rows: list[Message]) -> str:
@@ -206,10 +185,8 @@ def conversation(rows: list[Message]) -> list[dict[str, Any]]:
 
 def in_flight(session: Session) -> dict[str, Any] | None:
     """The reply being written: the running turn's partial text and tool lines."""
-    if not session.active_turn:
-        return None
-    turn = Message.get_or_none(Message.id == session.active_turn)
-    if turn is None or turn.status not in LIVE_TURN:
+    turn = turns.live_turn(session)
+    if turn is None:
         return None
     text, _ = turns.clip_reply(turn.partial_text or "")
     return {"messageId": turn.id, "status": turn.status, "text": text, "model": turn.model,
@@ -220,16 +197,10 @@ def session_questions(session_id: str) -> list[dict[str, Any]]:
     return [entry for entry in pending_questions() if entry["session"] == session_id]
 
 
-def _titles(session_ids: set[str]) -> dict[str, str]:
-    if not session_ids:
-        return {}
-    return {row.id: row.title for row in Session.select(Session.id, Session.title).where(Session.id.in_(list(session_ids)))}
-
-
 def with_asker_titles(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Questions with the title of the conversation that asked (asks about another session)."""
     asker_ids = {e["askedBy"] for e in entries if e.get("askedBy") and e["askedBy"] != e["session"]}
-    titles = _titles(asker_ids)
+    titles = sessions.titles(asker_ids)
     for entry in entries:
         entry["askedByTitle"] = titles.get(entry.get("askedBy") or "")
     return entries
@@ -261,11 +232,7 @@ def session_versions(
     session: Session, state: str, data: dict[str, Any] | None = None, rows: list[Message] | None = None
 ) -> dict[str, str]:
     if rows is None:  # the live poll: the columns the version needs, not the texts
-        rows = list(
-            Message.select(Message.seq, Message.status, Message.reply_id)
-            .where(Message.session == session.id).order_by(Message.seq.desc()).limit(MESSAGES_SHOWN)
-        )
-        rows.reverse()
+        rows = turns.newest_message_states(session.id, MESSAGES_SHOWN)
     if data is None:
         flight = in_flight(session)
         question_ids = [q["id"] for q in session_questions(session.id)]
@@ -305,7 +272,7 @@ def inbox() -> dict[str, Any]:
 
 def token_count(session_id: str) -> int:
     """How many agent tokens of a conversation work (its token page says it)."""
-    return AgentToken.select().where(AgentToken.session == session_id).count()
+    return sessions.token_count(session_id)
 
 
 def provider_list() -> list[dict[str, Any]]:

@@ -10,25 +10,20 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
 from flask.typing import ResponseReturnValue
-from peewee import fn
 
 from oar import __version__
 from oar.actions.context import CallContext, Caller
 from oar.actions.dispatch import dispatch
 from oar.actions.peer_target import THIS_RELAY_ONLY
 from oar.core import tracing
-from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid
 from oar.core.fields import Param
-from oar.core.models import HeldEvent, Question, Subscription
 from oar.core.numbers import whole_or_refuse
-from oar.core.statuses import QuestionStatus, SubscriptionEndReason
-from oar.core.timeutil import iso, utcnow
+from oar.core.timeutil import utcnow
 from oar.core.waiting import watched_by
-from oar.federation import callers, pairing, provenance
+from oar.federation import callers, pairing, provenance, stand_ins
 from oar.federation.client import API, Origin
-from oar.federation.models import PairingToken, RemoteCaller
-from oar.watching import lifetime, outbox
+from oar.federation.pairing import PairingToken
 from oar.web import runtime
 from oar.web.auth import bearer_token, unauthorized
 from oar.web.bodies import json_body
@@ -149,15 +144,7 @@ def asks() -> ResponseReturnValue:
     wanted = [part for part in (request.args.get("ids") or "").split(",") if part][:MAX_ASKS_LOOKED_UP + 1]
     if not wanted or len(wanted) > MAX_ASKS_LOOKED_UP or any(len(part) > 32 for part in wanted):
         raise invalid(f"Give ids: 1 to {MAX_ASKS_LOOKED_UP} ask ids, comma-separated. Nothing was done.")
-    stand_ins = RemoteCaller.select(RemoteCaller.session).where(RemoteCaller.pairing_token == token.id)
-    rows = Question.select().where(
-        Question.id.in_(wanted) & (Question.kind == "ask") & Question.asker_session_id.in_(stand_ins)
-    )
-    return jsonify({"ok": True, "asks": [
-        {"question_id": row.id, "status": row.status, "answer": row.answer, "choices": row.choices, "via": row.via,
-         "answeredAt": iso(row.answered_at)}
-        for row in rows
-    ]})
+    return jsonify({"ok": True, "asks": stand_ins.asks(token, wanted)})
 
 
 @blueprint.get("/events")
@@ -170,17 +157,8 @@ def events() -> ResponseReturnValue:
     token = require_pairing()
     after = whole_or_refuse("after", request.args.get("after", "0"),
                             nothing="Give the id of the last delivery kept (0 for none). Nothing was done.")
-    callers = {row.session_id: row.remote_session for row in RemoteCaller.select().where(RemoteCaller.pairing_token == token.id)}
-    with write_transaction():
-        rows = outbox.fetch(list(callers), after, EVENTS_PER_FETCH)
-    still_held = HeldEvent.select(fn.COALESCE(fn.SUM(HeldEvent.count), 0)).where(
-        HeldEvent.watcher.in_(list(callers)) & HeldEvent.delivered_at.is_null() & (HeldEvent.dropped == False)  # noqa: E712
-    ).scalar() if callers else 0
-    active = [row.id for row in Subscription.select(Subscription.id).where(
-        Subscription.watcher.in_(list(callers)) & Subscription.ended_at.is_null())] if callers else []
-    return jsonify({"ok": True, "events": [
-        {"id": row["id"], "session": callers[row["watcher"]], "text": row["text"], "kinds": row["kinds"]} for row in rows
-    ], "held": int(still_held or 0), "subscriptions": active})
+    fetched = stand_ins.deliveries(token, after, EVENTS_PER_FETCH)
+    return jsonify({"ok": True, "events": fetched.events, "held": fetched.held, "subscriptions": fetched.subscriptions})
 
 
 @blueprint.post("/unpair")
@@ -190,15 +168,5 @@ def unpair() -> ResponseReturnValue:
     """End the subscriptions (`endReason: unpaired`) and pending asks of the calling relay's
     conversations here, telling no one (docs/relays.md#removing-a-pairing)."""
     token = require_pairing()
-    stand_ins = [row.session_id for row in RemoteCaller.select().where(RemoteCaller.pairing_token == token.id)]
-    now = utcnow()
-    ended = asks_ended = 0
-    if stand_ins:
-        with write_transaction():
-            for row in Subscription.select().where(Subscription.watcher.in_(stand_ins) & Subscription.ended_at.is_null()):
-                ended += lifetime.end(row, SubscriptionEndReason.UNPAIRED, now)
-            asks_ended = Question.update(status=QuestionStatus.ENDED, answered_at=now).where(
-                Question.asker_session_id.in_(stand_ins) & (Question.kind == "ask")
-                & (Question.status == QuestionStatus.PENDING)
-            ).execute()
+    ended, asks_ended = stand_ins.end_pairing(token, utcnow())
     return jsonify({"ok": True, "subscriptions": ended, "asks": asks_ended})
