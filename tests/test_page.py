@@ -463,18 +463,19 @@ def test_the_provider_form_keeps_a_cli_agents_secret_variables_without_showing_t
     assert snapshot(relay) == before
 
 
-def test_the_provider_form_replaces_options_as_the_owner_apis_put_does(relay: Relay, owner: Browser) -> None:
-    # One save on both surfaces: an option the form does not show goes, as it goes from a PUT without it.
+def test_the_provider_form_keeps_the_options_it_does_not_show_and_a_put_replaces_them(relay: Relay, owner: Browser) -> None:
+    # The form edits what it shows: an option set through the owner API stays; a PUT without it clears it.
     stored = {"kind": "echo", "models": ["echo"], "family": "anthropic", "workspace": "repo"}
     assert relay.owner.request("PUT", "/api/v1/owner/providers/twin", stored)[0] == 200
     owner.get("/settings")
-    response = owner.post("/settings/providers", {"name": "twin", "kind": "echo", "models": "echo"})
+    response = owner.post("/settings/providers", {"name": "twin", "kind": "echo", "models": "echo, echo-2"})
     assert response.status_code == 200, response.text[:500]
     by_form = relay.owner.get("/api/v1/owner/providers/twin")["provider"]
-    assert relay.owner.request("PUT", "/api/v1/owner/providers/twin", stored)[0] == 200
+    assert by_form["models"] == ["echo", "echo-2"]
+    assert by_form["family"] == "anthropic" and by_form["workspace"] == "repo"
     assert relay.owner.request("PUT", "/api/v1/owner/providers/twin", {"kind": "echo", "models": ["echo"]})[0] == 200
     by_put = relay.owner.get("/api/v1/owner/providers/twin")["provider"]
-    assert by_form == by_put and by_form["family"] is None and by_form["workspace"] == "folder"  # its default
+    assert by_put["family"] is None and by_put["workspace"] == "folder"  # its default
     assert relay.owner.request("DELETE", "/api/v1/owner/providers/twin")[0] == 200
 
 

@@ -77,11 +77,28 @@ def stored_configuration(runtime: Runtime, name: str) -> tuple[str, dict[str, An
 
 
 def save_provider(runtime: Runtime, name: str, payload: dict[str, Any]) -> tuple[ProviderRow, str | None]:
-    """Create or replace a provider's configuration; models are discovered when not listed. The
-    one save of every surface (the owner API's PUT, the page's form): the options given replace the
-    stored ones, except that a missing `api_key` and an `environment` variable given as null keep
-    their stored values (docs/owner-api.md#providers). Returns the stored row and a note on the model discovery (or None)."""
+    """Create or replace a provider's configuration (the owner API's PUT); models are discovered
+    when not listed. The options given replace the stored ones, except that a missing `api_key`
+    and an `environment` variable given as null keep their stored values
+    (docs/owner-api.md#providers). Returns the stored row and a note on the model discovery (or None)."""
     return provider_settings.save(name, payload)
+
+
+# Provider options the page's form does not show (docs/decisions.md#the-owners-page).
+OPTIONS_THE_FORM_DOES_NOT_SHOW = (
+    "family", "billing", "workspace", "dotted_model_ids", "resume_args", "output_format", "end_of_options",
+)
+
+
+def save_provider_from_form(runtime: Runtime, name: str, payload: dict[str, Any]) -> tuple[ProviderRow, str | None]:
+    """`save_provider` for the page's form, which edits only the options it shows: those it does
+    not show keep their stored values while the kind stays the same (an owner who set `billing`
+    through the API and renames a model on the page keeps it); a PUT replaces them all."""
+    row = ProviderRow.get_or_none(ProviderRow.name == name)
+    if row is not None and row.kind == payload.get("kind"):
+        stored = row.options or {}
+        payload = {**{key: stored[key] for key in OPTIONS_THE_FORM_DOES_NOT_SHOW if key in stored}, **payload}
+    return save_provider(runtime, name, payload)
 
 
 def delete_provider(runtime: Runtime, name: str) -> None:

@@ -134,7 +134,7 @@ def save_provider() -> ResponseReturnValue:
                 raise invalid(f"provider: command is not a valid argument list ({error}). Nothing was changed.") from None
         if not name:
             raise invalid("provider: give the provider a name. Nothing was changed.")
-        row, note = providers.save_provider(runtime(), name, payload_of(fields))
+        row, note = providers.save_provider_from_form(runtime(), name, payload_of(fields))
     except ActionError as error:
         # Typed secrets are not shown back, as a typed API key is not: their lines keep the name.
         shown["environment"] = page_environment.without_secret_values(shown["environment"])
