@@ -220,7 +220,6 @@ def _wait_for_answer(runtime: Runtime, question_id: str, cancelled: CancelEvent)
         if cancelled.is_set():
             return settled(None)
         card = Question.get_by_id(question_id)
-        release_connection()
         if card.status == QuestionStatus.ANSWERED:
             return settled(card.answer)
         if card.status == QuestionStatus.DISMISSED:
