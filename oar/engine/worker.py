@@ -34,7 +34,7 @@ from rq.timeouts import TimerDeathPenalty
 from rq.worker_pool import WorkerPool
 
 from oar.core import jobs, lifeline, metric_files, metrics, tracing
-from oar.core.config import from_environment
+from oar.core.config import Config
 from oar.core.db import open_database
 from oar.core.presence import WORKER, Beacon
 from oar.core.runtime import Runtime
@@ -158,11 +158,11 @@ class ThreadedWorker(SimpleWorker):
         super().teardown()
 
 
-def main(processes: int | None = None, with_clock: bool = False) -> None:
-    """`oar worker`: `processes` (default `OAR_WORKER_PROCESSES`) workers; `with_clock`: the clock
-    too, in threads of this process (only with one process; raises MoreThanOneProcess)."""
-    refuse_clock_beside_pool(processes, with_clock)
-    config = from_environment()
+def main(config: Config, processes: int | None = None, with_clock: bool = False) -> None:
+    """`oar worker` for the relay of `config`: `processes` (default `OAR_WORKER_PROCESSES`) workers;
+    `with_clock`: the clock too, in threads of this process (only with one process; raises
+    MoreThanOneProcess)."""
+    refuse_clock_beside_pool(config, processes, with_clock)
     count = processes or config.worker_processes
     launcher = lifeline.take_launcher_pid()
     if launcher is not None:
@@ -205,9 +205,9 @@ def pool_worker_class(options: WorkerOptions) -> type[ThreadedWorker]:
     return PoolWorker
 
 
-def refuse_clock_beside_pool(processes: int | None, with_clock: bool) -> None:
+def refuse_clock_beside_pool(config: Config, processes: int | None, with_clock: bool) -> None:
     """Raises MoreThanOneProcess when the clock is asked for beside a pool of worker processes."""
-    count = processes or from_environment().worker_processes
+    count = processes or config.worker_processes
     if with_clock and count > 1:
         raise MoreThanOneProcess(f"the clock runs inside the worker only when it is one process, not {count}; "
                                  "run `oar clock` beside it")
