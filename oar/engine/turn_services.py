@@ -194,7 +194,6 @@ def ask_user(
         events.record(turn.session_id, "question_asked", {"questionId": card.id, "question": question}, utcnow())
     runtime.signal_turn(turn.id)  # waiting callers return with pendingQuestions
     jobs.poke_delivery(runtime)
-    release_connection()
     watcher.pause()
     answer = None
     try:
