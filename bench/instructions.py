@@ -49,9 +49,10 @@ def progress(text: str) -> None:
 def prepare(env: dict[str, str], data_dir: Path, owner_token: str) -> str:
     """Agent sessions on, no rate limits, one calling conversation: its agent token."""
     os.environ.update(env)
+    from oar.core.config import from_environment
     from oar.web import create_app
 
-    client = create_app().test_client()
+    client = create_app(from_environment()).test_client()
     owner = {"Authorization": f"Bearer {owner_token}"}
     opened = client.patch(
         "/api/v1/owner/settings", headers=owner,
@@ -80,9 +81,10 @@ def caller(plan: dict[str, Any], endpoint: str) -> Callable[[], None]:
     if endpoint == "bare":
         from bench.bare_app import app
     else:
+        from oar.core.config import from_environment
         from oar.web import create_app
 
-        app = create_app()
+        app = create_app(from_environment())
     rng = random.Random(0)
     headers = [("Authorization", f"Bearer {plan['token']}"), ("Content-Type", "application/json")]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import requests
 
@@ -45,13 +46,27 @@ def test_a_fast_stream_writes_its_partial_text_at_most_four_times_a_second(tmp_p
     database.close()
 
 
+class OnlyReachability:
+    """The relay's side of a bare stream: it hears whether the server answered and is asked nothing else
+    (a stream that did would fail this test loudly)."""
+
+    def __init__(self) -> None:
+        self.reachable: list[bool] = []
+
+    def note_reachable(self, reachable: bool) -> None:
+        self.reachable.append(reachable)
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"a bare stream asked the relay for {name}")
+
+
 def test_a_stream_is_stopped_by_its_stop_flag_without_a_watcher_thread() -> None:
     """`#silent`: a little text, then not a byte. Only shutting the socket ends the read."""
     fake = FakeLLM().start()
     http = requests.Session()
     try:
         before = set(threading.enumerate())
-        control = TurnControl()
+        control = TurnControl(OnlyReachability())
         request = StreamRequest(
             name="lab", url=fake.base_url + "/chat/completions",
             headers={"Authorization": f"Bearer {fake.api_key}"},

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from oar.approvals import loop
 from oar.core import ids, jobs, keys
-from oar.core.db import release_connection, write_transaction
+from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid, not_found
 from oar.core.models import Approval, Card, Message, Session
 from oar.core.runtime import Runtime
@@ -208,7 +208,6 @@ def _create(
             created_at=now, expires_at=now + timedelta(seconds=ctx.runtime.time("CARD_EXPIRY_SECONDS")),
         )
     jobs.poke_notifications(ctx.runtime)  # the owner hears of it (docs/notifications.md)
-    release_connection()
     return card
 
 
@@ -232,7 +231,6 @@ def _await(
     def look() -> Look[str]:
         card = Card.get_or_none(Card.id == card_id)
         turn = Message.get_or_none(Message.id == shown_in[0]) if shown_in[0] is not None else None
-        release_connection()
         if card is None:  # deleted with its conversation while the call waited
             return settled(CardStatus.WITHDRAWN)
         if card.status != CardStatus.PENDING:
@@ -273,12 +271,10 @@ def _detach(card_id: str, until: datetime) -> None:
     Card.update(turn_id=None, waiter_until=until).where(
         (Card.id == card_id) & (Card.status == CardStatus.PENDING)
     ).execute()
-    release_connection()
 
 
 def _renew(card_id: str, until: datetime) -> None:
     Card.update(waiter_until=until).where((Card.id == card_id) & (Card.status == CardStatus.PENDING)).execute()
-    release_connection()
 
 
 def caller_gone(card_id: str, now: datetime) -> str:
@@ -287,13 +283,11 @@ def caller_gone(card_id: str, now: datetime) -> str:
     if card is None:
         return CardStatus.WITHDRAWN
     if card.status != CardStatus.PENDING:
-        release_connection()
         return card.status
     if any(reason in REMEMBERED for reason in card.reasons):
         Card.update(stopped_waiting_at=now, waiter_until=None).where(
             (Card.id == card_id) & (Card.status == CardStatus.PENDING)
         ).execute()
-        release_connection()
         return STOPPED_WAITING
     _end(card_id, CardStatus.WITHDRAWN, now)
     return CardStatus.WITHDRAWN
@@ -305,7 +299,6 @@ def _end(card_id: str, status: CardStatus, now: datetime) -> bool:
         .where((Card.id == card_id) & (Card.status == CardStatus.PENDING))
         .execute()
     )
-    release_connection()
     return bool(ended)
 
 

@@ -167,24 +167,25 @@ def _process(command: str, args: argparse.Namespace) -> int:
     so and exits with status 1 (docs/operations.md#upgrading)."""
     from oar.owner.bootstrap import NewerSchema
 
+    config = from_environment()
     try:
         if command == "worker":
             from oar.engine.worker import MoreThanOneProcess, refuse_clock_beside_pool
             from oar.engine.worker import main as run_worker
 
             try:
-                refuse_clock_beside_pool(args.processes, args.clock)
+                refuse_clock_beside_pool(config, args.processes, args.clock)
             except MoreThanOneProcess as error:
                 print(f"oar worker: {error}", file=sys.stderr, flush=True)
                 return 2
-            open_relay_database(from_environment())
-            run_worker(args.processes, with_clock=args.clock)
+            open_relay_database(config)
+            run_worker(config, args.processes, with_clock=args.clock)
             return 0
         if command == "clock":
             from oar.engine.clock import main as run_clock
 
-            open_relay_database(from_environment())
-            run_clock()
+            open_relay_database(config)
+            run_clock(config)
             return 0
         return _migrate()
     except NewerSchema as newer:

@@ -1,6 +1,9 @@
 """The database: a deferred peewee database, bound to SQLite or PostgreSQL at start.
 
-No connection is opened at import time (workers fork). SQLite runs in WAL mode with a
+`database` is process-wide on purpose: peewee models name their database when their class is
+defined, so every query goes through this one proxy, bound by `open_database(config)` at each
+entry point (docs/architecture.md#configuration-and-what-stays-process-wide). No connection is
+opened at import time (workers fork). SQLite runs in WAL mode with a
 busy timeout, and every write transaction takes the write lock up front
 (``BEGIN IMMEDIATE``) so that two writers queue instead of failing with "database is
 locked" halfway through (`write_transaction`).

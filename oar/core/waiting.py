@@ -105,7 +105,10 @@ def wait_on_signals(
 
     While it sleeps it holds no database connection (given back through
     `released_connection`, unless the caller holds a transaction), no transaction, no lock
-    and no Redis connection of its own (the process's one `WakeHub` listener wakes it).
+    and no Redis connection of its own (the process's one `WakeHub` listener wakes it). So a
+    `look` never gives its connection back itself: the queries of a look that is not settled
+    are given back here, before the sleep, and those of a settled one stay with the caller,
+    whose edge (a request's teardown, a turn's service call) gives it back when it is done.
 
     `seconds` is a finite number of at least 0 (else a ValueError): a `nan` deadline never
     passes, and would hold the caller's thread for good whatever its caller meant.

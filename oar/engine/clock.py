@@ -13,7 +13,7 @@ import signal
 import threading
 
 from oar.core import lifeline, metric_files, metrics
-from oar.core.config import from_environment
+from oar.core.config import Config
 from oar.core.db import checkpoint, database, is_sqlite, open_database, wal_state
 from oar.core.presence import CLOCK, Beacon
 from oar.core.runtime import Runtime
@@ -96,12 +96,11 @@ def checkpoint_loop(runtime: Runtime, stopping: threading.Event) -> None:
             database.close()
 
 
-def main() -> None:
-    """`oar clock`: the clock as a process of its own (the Procfile's `clock`)."""
+def main(config: Config) -> None:
+    """`oar clock` for the relay of `config`: the clock as a process of its own (the Procfile's `clock`)."""
     launcher = lifeline.take_launcher_pid()
     if launcher is not None:
         lifeline.watch_parent(launcher)
-    config = from_environment()
     open_database(config)
     refuse_newer_schema()  # raises NewerSchema: a node older than the database fires nothing
     runtime = Runtime(config)

@@ -98,10 +98,15 @@ def _run(config: Config, lock: DataDirLock) -> int:
         lifeline.LAUNCHER_PID_VARIABLE: str(os.getpid()),
     })
     load_shared_code()
-    forks: dict[str, Callable[[], int | None]] = {"web": _serve_web, "worker": lambda: _work(with_clock=True)}
+    # The worker and the clock are given the relay's config as the children's environment now
+    # says it; the web reads it from there (`wsgi:app`, as the Procfile's web does).
+    launched = config.with_overrides(redis_url=redis_url, data_dir=config.data_dir.resolve())
+    forks: dict[str, Callable[[], int | None]] = {
+        "web": _serve_web, "worker": lambda: _work(launched, with_clock=True),
+    }
     if config.worker_processes > 1:
         # A pool forks its workers, which a running clock thread must not be in (oar.engine.worker).
-        forks.update(worker=lambda: _work(with_clock=False), clock=_tick)
+        forks.update(worker=lambda: _work(launched, with_clock=False), clock=lambda: _tick(launched))
     names = ["redis", *forks] if embedded is not None else list(forks)
     stopping = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -157,13 +162,13 @@ def _serve_web() -> int:
     return embedded_web.serve()
 
 
-def _work(with_clock: bool) -> int:
-    worker.main(with_clock=with_clock)
+def _work(config: Config, with_clock: bool) -> int:
+    worker.main(config, with_clock=with_clock)
     return 0
 
 
-def _tick() -> int:
-    clock.main()
+def _tick(config: Config) -> int:
+    clock.main(config)
     return 0
 
 

@@ -1,7 +1,7 @@
 """`oar worker`: RQ workers (with RQ's scheduler) on this relay's queue.
 
 By default one process (`OAR_WORKER_PROCESSES=1`) takes jobs from the queue and runs each in a
-thread of its own, up to `OAR_WORKER_THREADS` at once, with RQ's scheduler in another thread and,
+thread of its own, up to `OAR_WORKER_THREADS` at once (`WorkerOptions`), with RQ's scheduler in another thread and,
 with `--clock` (the embedded relay's), the clock's loops in more: no process is forked per job or
 for the scheduler, and an idle relay keeps one Python process for all of its background work.
 With more processes, a pool forks that many workers, each as above (docs/operations.md#a-bigger-relay).
@@ -22,6 +22,7 @@ import importlib
 import logging
 import os
 import threading
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rq import SimpleWorker
@@ -33,7 +34,7 @@ from rq.timeouts import TimerDeathPenalty
 from rq.worker_pool import WorkerPool
 
 from oar.core import jobs, lifeline, metric_files, metrics, tracing
-from oar.core.config import from_environment
+from oar.core.config import Config
 from oar.core.db import open_database
 from oar.core.presence import WORKER, Beacon
 from oar.core.runtime import Runtime
@@ -68,31 +69,38 @@ class ThreadScheduler(RQScheduler):
         pass
 
 
-class ThreadedWorker(SimpleWorker):
-    """An RQ worker that performs each job in a thread, with at most `threads` at once."""
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How each worker of this relay is set up, given to it when it is made."""
 
-    # Signals (RQ's default job timeout) work only in the main thread.
-    death_penalty_class = TimerDeathPenalty
-    threads = 32
+    # Jobs performed at once, each in a thread of its own (background tasks' jobs aside).
+    threads: int
+    # (namespace, every, stale seconds): each worker process says it is there, for readiness
+    # (oar.core.presence, docs/operations.md#health-check); None: it does not.
+    presence: tuple[str, float, float] | None = None
     # The pool process that forks this worker: the worker stops when the pool is gone, even
     # when it was killed and could not stop its workers (docs/operations.md#when-the-launcher-dies).
     pool_pid: int | None = None
-    # (namespace, every, stale seconds): each worker process says it is there, for readiness
-    # (oar.core.presence, docs/operations.md#health-check).
-    presence: tuple[str, float, float] | None = None
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+
+class ThreadedWorker(SimpleWorker):
+    """An RQ worker that performs each job in a thread, with at most `options.threads` at once."""
+
+    # Signals (RQ's default job timeout) work only in the main thread.
+    death_penalty_class = TimerDeathPenalty
+
+    def __init__(self, *args: Any, options: WorkerOptions, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if self.pool_pid is not None:
+        if options.pool_pid is not None:
             lifeline.die_with_parent()
-            lifeline.watch_parent(self.pool_pid)
+            lifeline.watch_parent(options.pool_pid)
             metrics.started_after_fork()
         self._beacon: Beacon | None = None
-        if self.presence is not None:
-            namespace, every, stale = self.presence
+        if options.presence is not None:
+            namespace, every, stale = options.presence
             self._beacon = Beacon(self.connection, namespace, WORKER, every, stale)
             self._beacon.start()
-        self._slots = threading.BoundedSemaphore(self.threads)
+        self._slots = threading.BoundedSemaphore(options.threads)
         self._running: set[threading.Thread] = set()
         self._running_lock = threading.Lock()
 
@@ -150,11 +158,11 @@ class ThreadedWorker(SimpleWorker):
         super().teardown()
 
 
-def main(processes: int | None = None, with_clock: bool = False) -> None:
-    """`oar worker`: `processes` (default `OAR_WORKER_PROCESSES`) workers; `with_clock`: the clock
-    too, in threads of this process (only with one process; raises MoreThanOneProcess)."""
-    refuse_clock_beside_pool(processes, with_clock)
-    config = from_environment()
+def main(config: Config, processes: int | None = None, with_clock: bool = False) -> None:
+    """`oar worker` for the relay of `config`: `processes` (default `OAR_WORKER_PROCESSES`) workers;
+    `with_clock`: the clock too, in threads of this process (only with one process; raises
+    MoreThanOneProcess)."""
+    refuse_clock_beside_pool(config, processes, with_clock)
     count = processes or config.worker_processes
     launcher = lifeline.take_launcher_pid()
     if launcher is not None:
@@ -168,8 +176,10 @@ def main(processes: int | None = None, with_clock: bool = False) -> None:
         metric_files.sweep_kind(config.metrics_folder, "worker")
     metrics.start("worker", config)
     tracing.start("worker", runtime)
-    ThreadedWorker.threads = config.worker_threads
-    ThreadedWorker.presence = (config.namespace, config.time("ALIVE_SECONDS"), config.time("ALIVE_STALE_SECONDS"))
+    options = WorkerOptions(
+        threads=config.worker_threads,
+        presence=(config.namespace, config.time("ALIVE_SECONDS"), config.time("ALIVE_STALE_SECONDS")),
+    )
     # Imported here, before any fork, as RQ would import them at each process's first job of
     # each kind: then the first turns of a wide delivery waited 0.1 s of imports in every
     # process, and the processes now share those modules' memory. By name, as RQ does
@@ -177,22 +187,33 @@ def main(processes: int | None = None, with_clock: bool = False) -> None:
     for name in jobs.EVERY_JOB:
         importlib.import_module(name.rpartition(".")[0])
     if count == 1:
-        _work_in_this_process(config.namespace, runtime, with_clock)
+        _work_in_this_process(config.namespace, runtime, options, with_clock)
         return
-    ThreadedWorker.pool_pid = os.getpid()
-    pool = WorkerPool([config.namespace], connection=runtime.redis, num_workers=count, worker_class=ThreadedWorker)
+    worker_class = pool_worker_class(replace(options, pool_pid=os.getpid()))
+    pool = WorkerPool([config.namespace], connection=runtime.redis, num_workers=count, worker_class=worker_class)
     pool.start(logging_level="WARNING")
 
 
-def refuse_clock_beside_pool(processes: int | None, with_clock: bool) -> None:
+def pool_worker_class(options: WorkerOptions) -> type[ThreadedWorker]:
+    """A ThreadedWorker made with `options`, for RQ's pool: the pool makes each worker itself in
+    the process it forks, from a class and RQ's own arguments only."""
+
+    class PoolWorker(ThreadedWorker):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, options=options, **kwargs)
+
+    return PoolWorker
+
+
+def refuse_clock_beside_pool(config: Config, processes: int | None, with_clock: bool) -> None:
     """Raises MoreThanOneProcess when the clock is asked for beside a pool of worker processes."""
-    count = processes or from_environment().worker_processes
+    count = processes or config.worker_processes
     if with_clock and count > 1:
         raise MoreThanOneProcess(f"the clock runs inside the worker only when it is one process, not {count}; "
                                  "run `oar clock` beside it")
 
 
-def _work_in_this_process(namespace: str, runtime: Runtime, with_clock: bool) -> None:
+def _work_in_this_process(namespace: str, runtime: Runtime, options: WorkerOptions, with_clock: bool) -> None:
     """One worker in this process; the clock beside it in threads when asked. The worker's main
     loop takes SIGTERM and SIGINT (a warm stop, then a cold one) and returns; the clock stops after it."""
     stopping = threading.Event()
@@ -202,7 +223,7 @@ def _work_in_this_process(namespace: str, runtime: Runtime, with_clock: bool) ->
         ticking = threading.Thread(target=clock.run, args=(Runtime(runtime.config), stopping), name="oar-clock", daemon=True)
         ticking.start()
     try:
-        worker = ThreadedWorker([namespace], connection=runtime.redis)
+        worker = ThreadedWorker([namespace], connection=runtime.redis, options=options)
         worker.work(with_scheduler=True, logging_level="WARNING")
     finally:
         stopping.set()

@@ -7,7 +7,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from oar.core.schema import ToolDefinition
 
@@ -161,28 +161,45 @@ class CancelEvent(threading.Event):
                 self._callbacks.remove(callback)
 
 
+class TurnServices(Protocol):
+    """What a running turn's provider may ask of the relay, given whole to `TurnControl` when the
+    turn starts: a provider that calls one the runner does not offer is a type error, not a
+    silent no-op."""
+
+    def call_relay_tool(self, args: dict[str, Any]) -> dict[str, Any]:
+        """The session's own relay_tool, called as the session."""
+
+    def call_openclaw(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        """One of OpenClaw's session tools as the session: (tool name, arguments) → its JSON result."""
+
+    def ask_user(self, question: str, options: list[str], allow_freeform: bool = True) -> str | None:
+        """Raise an `ask_user` card and wait for its answer; None when the turn is stopped meanwhile.
+        `allow_freeform=False` makes a card answered only with one of its options (Allow/Deny)."""
+
+    def start_task(self, command: str) -> str:
+        """Start a background task in the session's cwd; returns its id, raises ActionError when it
+        may not run (the owner setting allow_shell_tasks is off, a bad command)."""
+
+    def receive_external(self, seconds: float) -> list[dict[str, Any]]:
+        """What an attached `external` agent posted for this turn, waiting up to `seconds`."""
+
+    def note_reachable(self, reachable: bool) -> None:
+        """Whether the provider's server answered at all (False: a transport failure), for pickers."""
+
+    def recall(self, key: str) -> str | None:
+        """A small note the provider kept about this session between turns (best effort: notes live
+        in Redis for a month), e.g. a session title still to be sent to an agent server."""
+
+    def remember(self, key: str, value: str | None) -> None:
+        """Keep (None: drop) a note for `recall`."""
+
+
 @dataclass
 class TurnControl:
-    """The runner's side of a turn: cancellation and the session's own relay_tool."""
+    """The runner's side of a turn: its stop flag and the relay's services to the provider."""
 
+    services: TurnServices
     cancelled: CancelEvent = field(default_factory=CancelEvent)
-    call_relay_tool: Callable[[dict[str, Any]], dict[str, Any]] = lambda _args: {}
-    # One of OpenClaw's session tools as the session: (tool name, arguments) → its JSON result.
-    call_openclaw: Callable[[str, dict[str, Any]], dict[str, Any]] = lambda _tool, _args: {}
-    # Raise an `ask_user` card and wait for its answer; None when the turn is stopped meanwhile.
-    # `allow_freeform=False` makes a card answered only with one of its options (Allow/Deny).
-    ask_user: Callable[..., str | None] = lambda _question, _options, allow_freeform=True: None
-    # Start a background task in the session's cwd; returns its id, raises ActionError when
-    # it may not run (the owner setting allow_shell_tasks is off, a bad command).
-    start_task: Callable[[str], str] = lambda _command: ""
-    # What an attached `external` agent posted for this turn, waiting up to the given seconds.
-    receive_external: Callable[[float], list[dict[str, Any]]] = lambda _seconds: []
-    # Whether the provider's server answered at all (False: a transport failure), for pickers.
-    note_reachable: Callable[[bool], None] = lambda _reachable: None
-    # Small notes a provider keeps about this session between turns (best effort: they live
-    # in Redis for a month), e.g. a session title still to be sent to an agent server.
-    recall: Callable[[str], str | None] = lambda _key: None
-    remember: Callable[[str, str | None], None] = lambda _key, _value: None
 
     def sleep(self, seconds: float) -> bool:
         """Wait `seconds`; False (at once) when the turn is stopped meanwhile."""

@@ -44,7 +44,7 @@ class EchoProvider(Provider):
         lines = request.prompt.splitlines()
         scripted = [line[len(THEN):].strip() for line in lines if line.startswith(THEN)]
         if scripted:
-            control.remember(SCRIPT_NOTE, json.dumps(scripted))
+            control.services.remember(SCRIPT_NOTE, json.dumps(scripted))
         else:
             answer = _next_scripted(control)
             if answer is not None:
@@ -78,7 +78,7 @@ class EchoProvider(Provider):
 
 def _next_scripted(control: TurnControl) -> str | None:
     """The next `!then` answer, taken off the session's script (None: no script)."""
-    kept = control.recall(SCRIPT_NOTE)
+    kept = control.services.recall(SCRIPT_NOTE)
     if not kept:
         return None
     try:
@@ -86,9 +86,9 @@ def _next_scripted(control: TurnControl) -> str | None:
     except (ValueError, TypeError):
         answers = []
     if not answers:
-        control.remember(SCRIPT_NOTE, None)
+        control.services.remember(SCRIPT_NOTE, None)
         return None
-    control.remember(SCRIPT_NOTE, json.dumps(answers[1:]) if len(answers) > 1 else None)
+    control.services.remember(SCRIPT_NOTE, json.dumps(answers[1:]) if len(answers) > 1 else None)
     return answers[0]
 
 
@@ -132,7 +132,7 @@ def _relay(argument: str, control: TurnControl) -> Iterator[TurnEvent]:
         yield TurnFailed("!relay needs a JSON object.")
         return
     yield relay_tool_activity(payload)
-    result = control.call_relay_tool(payload)
+    result = control.services.call_relay_tool(payload)
     yield TextDelta("\nrelay: " + json.dumps(result, ensure_ascii=False, separators=(",", ":")))
 
 
@@ -141,14 +141,14 @@ def _ask(argument: str, control: TurnControl) -> Iterator[TurnEvent]:
     if not question:
         yield TurnFailed("!ask needs a question: !ask <question> | <option> | <option>…")
         return
-    answer = control.ask_user(question, [option for option in options if option])
+    answer = control.services.ask_user(question, [option for option in options if option])
     if answer is not None:
         yield TextDelta(f"\nanswer: {answer}")
 
 
 def _task(argument: str, control: TurnControl) -> Iterator[TurnEvent]:
     try:
-        task_id = control.start_task(argument)
+        task_id = control.services.start_task(argument)
     except ActionError as error:
         yield TurnFailed(f"!task {argument[:200]}: {error.message}")
         return
@@ -167,7 +167,7 @@ def _openclaw(argument: str, control: TurnControl) -> Iterator[TurnEvent]:
         yield TurnFailed("!openclaw needs a tool name and a JSON object: !openclaw sessions_send {…}.")
         return
     yield Activity(f"openclaw {tool[:64]}")
-    result = control.call_openclaw(tool, arguments)
+    result = control.services.call_openclaw(tool, arguments)
     yield TextDelta("\nopenclaw: " + json.dumps(result, ensure_ascii=False, separators=(",", ":")))
 
 

@@ -20,7 +20,7 @@ class ExternalProvider(Provider):
 
     def run_turn(self, request: TurnRequest, control: TurnControl) -> Iterator[TurnEvent]:
         while not control.cancelled.is_set():
-            for event in control.receive_external(RECEIVE_SECONDS):
+            for event in control.services.receive_external(RECEIVE_SECONDS):
                 if event.get("text"):
                     yield TextDelta(str(event["text"]))
                 if event.get("activity"):

@@ -304,7 +304,7 @@ class LLMProvider(Provider):
         if not isinstance(payload, dict):
             return json.dumps({"ok": False, "error": "relay_tool arguments must be a JSON object."})
         yield relay_tool_activity(payload)
-        return json.dumps(control.call_relay_tool(payload), ensure_ascii=False, separators=(",", ":"))
+        return json.dumps(control.services.call_relay_tool(payload), ensure_ascii=False, separators=(",", ":"))
 
 
 class ThinkingBlock:

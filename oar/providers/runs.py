@@ -412,7 +412,7 @@ class RunsProvider(Provider):
         self, http: requests.Session, run_id: str, approval: ApprovalRequest, request: TurnRequest, control: TurnControl
     ) -> Generator[TurnEvent, None, bool]:
         """An Allow/Deny card; the answer goes back to the server. False when the turn stopped."""
-        answer = control.ask_user(approval_question(approval), [APPROVE, DENY], allow_freeform=False)
+        answer = control.services.ask_user(approval_question(approval), [APPROVE, DENY], allow_freeform=False)
         if answer is None:
             return False
         allowed = answer.strip().casefold() == APPROVE.casefold()
@@ -430,7 +430,7 @@ class RunsProvider(Provider):
         """A free-text card per question; the answers go back to the server. False when stopped."""
         answers: list[Any] = []
         for question in clarify.questions:
-            answer = control.ask_user(question.prompt or "The agent asks for clarification.", list(question.choices))
+            answer = control.services.ask_user(question.prompt or "The agent asks for clarification.", list(question.choices))
             if answer is None:
                 return False
             text = "" if answer == "(dismissed)" else answer
@@ -461,7 +461,7 @@ class RunsProvider(Provider):
         own 10 s timeout and delays the reply by at most 2.5 s: it finishes in the background.
         """
         key = f"title:{agent_session}"
-        title = session_title(request.prompt) if request.agent_session_id != agent_session else control.recall(key)
+        title = session_title(request.prompt) if request.agent_session_id != agent_session else control.services.recall(key)
         if not title:
             return
         url = f"{re.sub(r'/v[0-9]+$', '', self.base_url)}/api/sessions/{quote(agent_session, safe='')}"
@@ -471,9 +471,9 @@ class RunsProvider(Provider):
             try:
                 requests.patch(url, json={"title": title}, headers=headers, timeout=NAMING_TIMEOUT_SECONDS).close()
             except requests.RequestException:
-                control.remember(key, title)
+                control.services.remember(key, title)
                 return
-            control.remember(key, None)
+            control.services.remember(key, None)
 
         naming = threading.Thread(target=name, name=f"oar-name-{agent_session[:40]}", daemon=True)
         naming.start()

@@ -198,7 +198,7 @@ class StreamRequest:
 def _send(http: requests.Session, request: StreamRequest, control: TurnControl) -> requests.Response:
     """Send the request (its body streamed back); raises ProviderError when no answer came.
 
-    Tells `control.note_reachable` whether the server answered at all: a picker lists
+    Tells `control.services.note_reachable` whether the server answered at all: a picker lists
     providers whose last contact failed at the transport level last (docs/providers.md).
     """
     try:
@@ -211,13 +211,13 @@ def _send(http: requests.Session, request: StreamRequest, control: TurnControl) 
         )
     except requests.Timeout as error:
         if isinstance(error, requests.ConnectTimeout):
-            control.note_reachable(False)
+            control.services.note_reachable(False)
         raise ProviderError("timeout", f'Provider "{request.name}" did not answer in time ({_reason(error, request)}).') from None
     except requests.RequestException as error:
         if isinstance(error, requests.ConnectionError):
-            control.note_reachable(False)
+            control.services.note_reachable(False)
         raise ProviderError("network", f'Provider "{request.name}" could not be reached ({_reason(error, request)}).') from None
-    control.note_reachable(True)
+    control.services.note_reachable(True)
     return response
 
 

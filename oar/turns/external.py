@@ -15,7 +15,6 @@ from typing import Any
 import redis
 
 from oar.core import keys
-from oar.core.db import release_connection
 from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
 from oar.core.signals import publish
@@ -30,9 +29,7 @@ def running_turn(session: Session) -> Message | None:
     """The session's turn the attached process should work on, if one is running."""
     if not session.active_turn:
         return None
-    turn = Message.get_or_none((Message.id == session.active_turn) & Message.status.in_(LIVE_TURN))
-    release_connection()
-    return turn
+    return Message.get_or_none((Message.id == session.active_turn) & Message.status.in_(LIVE_TURN))
 
 
 def announce(runtime: Runtime, session_id: str) -> None:

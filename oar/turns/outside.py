@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from oar.core import ids, jobs, keys
-from oar.core.db import lock_rows, release_connection, write_transaction
+from oar.core.db import lock_rows, write_transaction
 from oar.core.errors import ActionError, invalid, not_found
 from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
@@ -107,7 +107,6 @@ def _take_waiting(runtime: Runtime, session_id: str, limit: int) -> list[Message
                 taken.append(message)
         if taken:
             Session.update(outside_taken_at=now).where(Session.id == session_id).execute()
-    release_connection()
     for message in taken:
         runtime.signal_turn(message.id)
     return taken

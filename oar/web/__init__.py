@@ -19,7 +19,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 from werkzeug.sansio.response import Response as SansIOResponse
 
 from oar.core import defaults, metrics, tracing
-from oar.core.config import Config, check, from_environment
+from oar.core.config import Config, check
 from oar.core.db import database, is_busy, open_database
 from oar.core.errors import ActionError, database_busy
 from oar.core.fields import unstorable_text
@@ -127,8 +127,9 @@ class TrustedProxies:
         return self.direct(environ, start_response)
 
 
-def create_app(config: Config | None = None) -> Flask:
-    config = config or from_environment()
+def create_app(config: Config) -> Flask:
+    """The relay's web app for `config`: its entry points (`wsgi.py`, the tests) say which relay,
+    nothing here reads the environment. It binds this process's database (`oar.core.db`)."""
     check(config)
     app = Flask(__name__)
     # A prompt is at most 100,000 characters; 4 bytes each at most, plus the rest.

