@@ -98,6 +98,16 @@ def unstorable_text(value: Any) -> bool:
     return False
 
 
+def refuse_unstorable(value: Any, holder: str, nothing: str = "", *, form: bool = False) -> None:
+    """The one refusal of text no database can store (`unstorable_text`), made before anything
+    is written by every surface that takes a body, a form or arguments: `{holder} text the relay
+    cannot store (…). {nothing}`, `holder` with its verb ("The body holds"). `form`: the text came
+    from a form, which the web decodes with replacement, so only a NUL can be in it."""
+    if unstorable_text(value):
+        what = "a NUL character" if form else "a NUL character or a lone surrogate such as \\ud800"
+        raise invalid(f"{holder} text the relay cannot store ({what}). {nothing}".rstrip())
+
+
 def storable(text: str) -> str:
     """`text` with each character no database can store replaced by U+FFFD, as a decoder
     replaces bytes it cannot read: for what the relay is sent and must keep (a provider's
