@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from oar import lifecycle
@@ -11,7 +12,7 @@ from oar.approvals import cards
 from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid
 from oar.core.fields import Param
-from oar.core.models import Message, Session, Task
+from oar.core.models import Group, Message, Session, Task
 from oar.core.shapes import CWD, EFFORT, GROUP, MODE, MODEL, RELAY, SESSION, TITLE
 from oar.core.statuses import LIVE_TURN, OPEN_TURN, TaskStatus, TurnStatus
 from oar.core.work_folders import RelayPlaces
@@ -111,7 +112,7 @@ def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         ignored_settings["auto_compact_window"] = _window(args["auto_compact_window"])
 
     changed = [key for key, value in wanted.items() if getattr(target, key) != value]
-    if group_change is not None and group_change != ("keep",):
+    if group_change is not None and not isinstance(group_change, GroupKept):
         changed.append("group")
     stored_only = [key for key, value in ignored_settings.items() if getattr(target, key) != value]
     if not changed and not stored_only:
@@ -154,45 +155,78 @@ def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
 
 def _changes_line(
     wanted: dict[str, Any], changed: list[str], stored_only: list[str], ignored: dict[str, Any],
-    group_change: tuple[Any, ...] | None,
+    group_change: GroupChange | None,
 ) -> str:
     """`Model: … · Effort: … · Group: …` for the card (docs/sessions.md#groups)."""
     parts = [f"{key.replace('_', ' ').capitalize()}: {wanted[key]}" for key in changed if key != "group"]
     parts += [f"{key.replace('_', ' ').capitalize()}: {ignored[key]}" for key in stored_only]
-    if group_change is not None and group_change[0] in ("join", "create", "leave"):
-        kind = group_change[0]
-        if kind == "join":
-            parts.append(f"Group: {groups.display_name(group_change[1])} ({group_change[1].id})")
-        else:
-            parts.append(f"Group: {group_change[1]} (new)" if kind == "create" else "Group: none")
+    match group_change:
+        case GroupJoined(group):
+            parts.append(f"Group: {groups.display_name(group)} ({group.id})")
+        case GroupCreated(name):
+            parts.append(f"Group: {name} (new)")
+        case GroupLeft():
+            parts.append("Group: none")
     return " · ".join(parts)
 
 
-def _group_change(ctx: CallContext, target: Session, reference: str | None) -> tuple[Any, ...] | None:
-    """What to do with the group: None (not asked), ("keep",), ("leave",), ("join", g), ("create", name)."""
+# What update_session's `group` asks of the session's group (docs/sessions.md#groups).
+
+
+@dataclass(frozen=True)
+class GroupKept:
+    """The session stays where it is: already in the group named, or in none and asked for none."""
+
+
+@dataclass(frozen=True)
+class GroupLeft:
+    """The session leaves its group."""
+
+
+@dataclass(frozen=True)
+class GroupJoined:
+    """The session joins an existing group."""
+
+    group: Group
+
+
+@dataclass(frozen=True)
+class GroupCreated:
+    """No group has the name: a new one by that name, headed by the session, which joins it."""
+
+    name: str
+
+
+GroupChange = GroupKept | GroupLeft | GroupJoined | GroupCreated
+
+
+def _group_change(ctx: CallContext, target: Session, reference: str | None) -> GroupChange | None:
+    """What to do with the group; None when `group` was not given."""
     if reference is None:
         return None
     if reference.strip().lower() == "none":
-        return ("leave",) if target.group_id else ("keep",)
+        return GroupLeft() if target.group_id else GroupKept()
     if reference.strip().startswith("grp_"):
         group = groups.resolve(reference, ctx.relay_name, UPDATE_NOTHING)
     else:
         matches = groups.find_by_name(reference)
         if not matches:
-            return ("create", reference.strip())
+            return GroupCreated(reference.strip())
         group = groups.resolve(reference, ctx.relay_name, UPDATE_NOTHING)
-    return ("keep",) if target.group_id == group.id else ("join", group)
+    return GroupKept() if target.group_id == group.id else GroupJoined(group)
 
 
-def _apply_group_change(target: Session, change: tuple[Any, ...]) -> dict[str, str] | None:
-    if change[0] == "leave":
-        groups.leave(target)
-    elif change[0] == "join":
-        groups.join(target, change[1])
-    elif change[0] == "create":
-        group = groups.create(head=target, name=change[1])
-        groups.join(target, group)
-        return {"id": group.id, "name": change[1]}
+def _apply_group_change(target: Session, change: GroupChange) -> dict[str, str] | None:
+    """Make the change; for a group made here, its id and name (the result's `groupCreated`)."""
+    match change:
+        case GroupLeft():
+            groups.leave(target)
+        case GroupJoined(group):
+            groups.join(target, group)
+        case GroupCreated(name):
+            created = groups.create(head=target, name=name)
+            groups.join(target, created)
+            return {"id": created.id, "name": name}
     return None
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import secrets
 import time
 from typing import Any
 
@@ -24,9 +23,10 @@ from oar.actions.context import CallContext
 from oar.actions.resolving import resolve_target
 from oar.actions.targets import Target, ThisRelay
 from oar.core import defaults, tracing
-from oar.core.db import is_busy, short_read
-from oar.core.errors import ActionError, database_busy, invalid
-from oar.core.fields import unstorable_text
+from oar.core.db import short_read
+from oar.core.errors import ActionError, invalid
+from oar.core.failures import unexpected
+from oar.core.fields import refuse_unstorable
 from oar.core.wait_slots import wait_slot
 from oar.core.waiting import CallerGone
 
@@ -84,19 +84,10 @@ def _answer(ctx: CallContext, payload: Any, trace: CallTrace) -> tuple[int, dict
             "REMOTE_RELAY_CALLER_GONE", "The caller stopped waiting; what the call started goes on (call wait to see it)."
         )
         return gone.status, gone.to_dict()
-    except Exception as error:
-        if is_busy(error):
-            log.warning("relay_tool %s: the database is busy (%s)", _action_name(payload), error)
-            busy = database_busy()
-            return busy.status, busy.to_dict()
-        reference = secrets.token_hex(4)
-        log.exception("relay_tool %s failed (log reference %s)", _action_name(payload), reference)
-        internal = ActionError(
-            "REMOTE_RELAY_INTERNAL",
-            f"The relay failed while running {_action_name(payload) or 'the call'} (log reference {reference}). "
-            "Its changes were rolled back.",
-        )
-        return internal.status, internal.to_dict()
+    except Exception as error:  # noqa: BLE001 - `unexpected` logs it with its traceback
+        # Here, not left to the web app's handler: providers' tool loops and MCP call `dispatch` too.
+        failed = unexpected(error, f"relay_tool {_action_name(payload)}", log, running=_action_name(payload) or "the call")
+        return failed.status, failed.to_dict()
 
 
 def may_wait(call: Call) -> bool:
@@ -142,14 +133,10 @@ def _run(ctx: CallContext, payload: Any, trace: CallTrace) -> dict[str, Any]:
     actions = load_actions()
     if not isinstance(payload, dict):
         raise invalid("The body must be a JSON object with an action and its arguments. Nothing was done.")
-    if unstorable_text(payload):
-        named = payload.get("action")
-        known = actions.get(named.strip()) if isinstance(named, str) else None
-        raise invalid(
-            "The call holds text the relay cannot store (a NUL character or a lone surrogate such as \\ud800). "
-            + ((known.nothing if known else "") or "Nothing was done.")
-        )
     name = payload.get("action")
+    known = actions.get(name.strip()) if isinstance(name, str) else None
+    # Its action's own "nothing" when the action is known: what was not done names the action.
+    refuse_unstorable(payload, "The call holds", (known.nothing if known else "") or "Nothing was done.")
     if not isinstance(name, str) or not name.strip():
         raise invalid(f"Give action: one of {', '.join(sorted(actions))}. Nothing was done.")
     spec = actions.get(name.strip())

@@ -92,6 +92,14 @@ def invalid(message: str, **extra: Any) -> ActionError:
     return ActionError("REMOTE_RELAY_INVALID_INPUT", message, **extra)
 
 
+def http_error(status: int, message: str) -> ActionError:
+    """An HTTP error that is not the relay's own (an unknown path, a wrong method, a body too
+    large): `REMOTE_RELAY_NOT_FOUND` for 404, else `REMOTE_RELAY_INVALID_INPUT`, answered with
+    the HTTP status itself (docs/errors.md)."""
+    code = "REMOTE_RELAY_NOT_FOUND" if status == 404 else "REMOTE_RELAY_INVALID_INPUT"
+    return ActionError(code, message).answered_as(status)
+
+
 def not_found(message: str, **extra: Any) -> ActionError:
     return ActionError("REMOTE_RELAY_NOT_FOUND", message, **extra)
 

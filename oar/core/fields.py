@@ -98,6 +98,16 @@ def unstorable_text(value: Any) -> bool:
     return False
 
 
+def refuse_unstorable(value: Any, holder: str, nothing: str = "", *, form: bool = False) -> None:
+    """The one refusal of text no database can store (`unstorable_text`), made before anything
+    is written by every surface that takes a body, a form or arguments: `{holder} text the relay
+    cannot store (…). {nothing}`, `holder` with its verb ("The body holds"). `form`: the text came
+    from a form, which the web decodes with replacement, so only a NUL can be in it."""
+    if unstorable_text(value):
+        what = "a NUL character" if form else "a NUL character or a lone surrogate such as \\ud800"
+        raise invalid(f"{holder} text the relay cannot store ({what}). {nothing}".rstrip())
+
+
 def storable(text: str) -> str:
     """`text` with each character no database can store replaced by U+FFFD, as a decoder
     replaces bytes it cannot read: for what the relay is sent and must keep (a provider's
@@ -131,49 +141,75 @@ def _hint(param: Param) -> str:
 
 
 def _checked(action: str, nothing: str, name: str, param: Param, value: Any) -> Any:
-    def refuse(expected: str) -> Exception:
+    try:
+        return check_value(param, value)
+    except TooLong as error:
+        raise invalid(
+            f"{action}: {name} is {error.length:,} characters; the limit is {error.limit:,}. {nothing}".strip()
+        ) from None
+    except Mismatch as error:
         shown = repr(value)[:80] if not isinstance(value, str) else f'"{value[:80]}"'
-        return invalid(f"{action}: {name} must be {expected}; got {shown}. {nothing}".strip())
+        raise invalid(f"{action}: {name} must be {error.expected}; got {shown}. {nothing}".strip()) from None
 
+
+class Mismatch(ValueError):
+    """A value that does not fit its `Param`; `expected` says what it must be ("true or false")."""
+
+    def __init__(self, expected: str) -> None:
+        super().__init__(expected)
+        self.expected = expected
+
+
+class TooLong(Mismatch):
+    """Text longer than its `Param`'s `max_length`."""
+
+    def __init__(self, length: int, limit: int) -> None:
+        super().__init__(f"at most {limit:,} characters")
+        self.length = length
+        self.limit = limit
+
+
+def check_value(param: Param, value: Any) -> Any:
+    """The one check of a given value against its `Param` (kind, length, one line, choices, range),
+    for `check_fields` and the owner's settings alike: the value as kept (a choice in lower case, a
+    whole number as an int), or `Mismatch`, which each caller words as its refusal."""
     if param.kind == "str":
         if not isinstance(value, str):
-            raise refuse("text")
+            raise Mismatch("text")
         if param.max_length is not None and len(value) > param.max_length:
-            raise invalid(
-                f"{action}: {name} is {len(value):,} characters; the limit is {param.max_length:,}. {nothing}".strip()
-            )
+            raise TooLong(len(value), param.max_length)
         if param.one_line and has_control_characters(value):
-            raise refuse("one line of text without line breaks, tabs or other control characters")
+            raise Mismatch("one line of text without line breaks, tabs or other control characters")
         if param.choices:
             lowered = value.strip().lower()
             if lowered not in param.choices:
-                raise refuse("one of " + ", ".join(f'"{c}"' for c in param.choices))
+                raise Mismatch("one of " + ", ".join(f'"{c}"' for c in param.choices))
             return lowered
         return value
     if param.kind == "int":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or (
             isinstance(value, float) and (not math.isfinite(value) or not value.is_integer())
         ):
-            raise refuse(_range_text(param))
+            raise Mismatch(_range_text(param))
         number = int(value)
         if (param.minimum is not None and number < param.minimum) or (
             param.maximum is not None and number > param.maximum
         ):
-            raise refuse(_range_text(param))
+            raise Mismatch(_range_text(param))
         return number
     if param.kind == "bool":
         if not isinstance(value, bool):
-            raise refuse("true or false")
+            raise Mismatch("true or false")
         return value
     if param.kind == "list":
         if not isinstance(value, list):
-            raise refuse("a list")
+            raise Mismatch("a list")
         return value
     if param.kind == "any":
         return value
     if param.kind == "object":
         if not isinstance(value, dict):
-            raise refuse("an object")
+            raise Mismatch("an object")
         return value
     raise AssertionError(f"unknown parameter kind {param.kind}")
 

@@ -15,33 +15,41 @@ from oar.core import defaults
 from oar.core.config import Config
 from oar.core.db import database, write_transaction
 from oar.core.errors import invalid
-from oar.core.fields import Param, has_control_characters
+from oar.core.fields import Mismatch, Param, check_value
 from oar.core.models import Setting
 from oar.core.prepared import Prepared
 
 OWNER_TOKEN_HASH_KEY = "owner_token_hash"
 
 
-def _bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise invalid(f"{name} must be true or false. Nothing was changed.")
-    return value
+def _plain(param: Param) -> Callable[[str, Any], Any]:
+    """A setting of a plain kind (true or false, a whole number in range, a choice, a name):
+    checked as every declared field is (`check_value`), refused in the settings' own words. Text
+    is kept stripped, and blank text is refused: a setting is never unset by a PATCH."""
 
-
-def _int_in(low: int, high: int) -> Callable[[str, Any], int]:
-    def check(name: str, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise invalid(f"{name} must be a whole number from {low} to {high}. Nothing was changed.")
-        return value
+    def check(name: str, value: Any) -> Any:
+        try:
+            if param.kind == "int" and isinstance(value, float):
+                # Unlike an action's argument, a setting is never given as 2.0: kept as the owner wrote it.
+                raise Mismatch("a whole number")
+            if isinstance(value, str) and not value.strip():
+                raise Mismatch("text")
+            checked = check_value(param, value)
+        except Mismatch:
+            raise invalid(f"{name} must be {_expected(param)}. Nothing was changed.") from None
+        return checked.strip() if isinstance(checked, str) else checked
 
     return check
 
 
-def _name(name: str, value: Any) -> str:
-    # One line: the relay's name goes into other relays' prompt headers (docs/relays.md#provenance).
-    if not isinstance(value, str) or not value.strip() or len(value) > 100 or has_control_characters(value):
-        raise invalid(f"{name} must be a name of 1 to 100 characters on one line. Nothing was changed.")
-    return value.strip()
+def _expected(param: Param) -> str:
+    if param.kind == "bool":
+        return "true or false"
+    if param.choices:
+        return f"one of {', '.join(param.choices)}"
+    if param.kind == "str":
+        return f"a name of 1 to {param.max_length} characters on one line"
+    return f"a whole number from {param.minimum} to {param.maximum}"
 
 
 def _roots(name: str, value: Any) -> list[str]:
@@ -91,7 +99,8 @@ FIELDS: dict[str, Param] = {
         "bool", description="tasks share the relay's network, loopback services included (docs/tasks.md#the-sandbox)",
     ),
     "allowed_roots": Param("list", items=Param("str"), description="absolute folder paths sessions may work in"),
-    "relay_name": Param("str", max_length=100, description="the relay's name, 1 to 100 characters"),
+    # One line: the relay's name goes into other relays' prompt headers (docs/relays.md#provenance).
+    "relay_name": Param("str", max_length=100, one_line=True, description="the relay's name, 1 to 100 characters"),
     "rate_calls_per_minute": Param("int", minimum=0, maximum=100_000, description="0: no limit"),
     "rate_writes_per_minute": Param("int", minimum=0, maximum=100_000, description="0: no limit"),
     # Every agent surface (docs/rules.md#visibility).
@@ -132,15 +141,6 @@ FIELDS: dict[str, Param] = {
     "team_calls_per_minute": Param("int", minimum=0, maximum=100_000, description="team tool calls; 0: no limit"),
     "team_writes_per_minute": Param("int", minimum=0, maximum=100_000, description="team tool writes; 0: no limit"),
 }
-
-
-def _choice(choices: tuple[str, ...]) -> Callable[[str, Any], str]:
-    def check(name: str, value: Any) -> str:
-        if not isinstance(value, str) or value.strip().lower() not in choices:
-            raise invalid(f"{name} must be one of {', '.join(choices)}. Nothing was changed.")
-        return value.strip().lower()
-
-    return check
 
 
 def _names(name: str, value: Any) -> list[str]:
@@ -213,14 +213,10 @@ def _validator(name: str, param: Param) -> Callable[[str, Any], Any]:
         return _names
     if name == "notify_decide_kinds":
         return _kinds_among(defaults.NOTIFY_DECIDE_KINDS)
-    if param.kind == "str" and param.choices:
-        return _choice(param.choices)
-    if name == "relay_name":
-        return _name
-    if param.kind == "bool":
-        return _bool
-    if param.kind == "int" and param.minimum is not None and param.maximum is not None:
-        return _int_in(param.minimum, param.maximum)
+    if (param.kind == "str" and (param.choices or param.max_length is not None)) or param.kind == "bool" or (
+        param.kind == "int" and param.minimum is not None and param.maximum is not None
+    ):
+        return _plain(param)
     raise ValueError(f"setting {name} has no check")
 
 

@@ -11,7 +11,6 @@ sentence in the reference's result shape: `{status: "forbidden" | "error", error
 from __future__ import annotations
 
 import logging
-import secrets
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -21,9 +20,9 @@ from oar.actions.catalog import load_actions
 from oar.actions.context import CallContext
 from oar.actions.dispatch import check_only, dispatch
 from oar.core import defaults
-from oar.core.db import is_busy
-from oar.core.errors import ActionError, database_busy, invalid
-from oar.core.fields import check_fields, is_empty, unstorable_text
+from oar.core.errors import ActionError, invalid
+from oar.core.failures import unexpected
+from oar.core.fields import check_fields, is_empty, refuse_unstorable
 from oar.core.models import Message, Session
 from oar.core.shapes import WAIT_SECONDS
 from oar.core.statuses import IN_PROGRESS_TURN, TurnStatus
@@ -49,24 +48,16 @@ def call(ctx: CallContext, name: str, arguments: Any) -> tuple[int, dict[str, An
             raise invalid(f"There is no tool {name[:80]!r}. Tools: {', '.join(HANDLERS)}.")
         if not isinstance(arguments, dict):
             raise invalid("The arguments must be a JSON object.")
-        if unstorable_text(arguments):
-            raise invalid("The call holds text the relay cannot store (a NUL character or a lone surrogate).")
+        refuse_unstorable(arguments, "The call holds")
         return 200, {"ok": True, **handler(ctx, arguments, run_id)}
     except ActionError as error:
         return error.status, refused(error, run_id if name in TOOLS_WITH_RUNS else None)
     except CallerGone:
         gone = ActionError("REMOTE_RELAY_CALLER_GONE", "The caller stopped waiting; what the call started goes on.")
         return gone.status, refused(gone, run_id)
-    except Exception as error:
-        if is_busy(error):
-            busy = database_busy()
-            return busy.status, refused(busy, None)
-        reference = secrets.token_hex(4)
-        log.exception("openclaw %s failed (log reference %s)", name, reference)
-        internal = ActionError(
-            "REMOTE_RELAY_INTERNAL", f"The relay failed while running {name} (log reference {reference}). Its changes were rolled back."
-        )
-        return internal.status, refused(internal, None)
+    except Exception as error:  # noqa: BLE001 - `unexpected` logs it with its traceback
+        failed = unexpected(error, f"openclaw {name}", log, running=name)
+        return failed.status, refused(failed, None)
 
 
 def refused(error: ActionError, run_id: str | None) -> dict[str, Any]:

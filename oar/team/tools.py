@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,9 +16,9 @@ import peewee as pw
 import redis
 
 from oar.core import defaults
-from oar.core.db import is_busy
-from oar.core.errors import ActionError, database_busy
-from oar.core.fields import Param, check_fields, unstorable_text
+from oar.core.errors import ActionError
+from oar.core.failures import unexpected
+from oar.core.fields import Param, check_fields, refuse_unstorable
 from oar.core.ratelimit import TEAM_CALLS, refuse_over_limit
 from oar.core.schema import object_schema
 from oar.team import access, agents, artifacts, board, memory, messages, records, runs, thoughts
@@ -110,9 +109,7 @@ def call(team_call: TeamCall, name: str, arguments: dict[str, Any]) -> dict[str,
     spec = TOOLS[name]
     context: ToolCall | None = None
     try:
-        if unstorable_text(arguments):
-            raise refuse(f"{name}: the arguments hold text the relay cannot store (a NUL character or a lone "
-                         f"surrogate). {NOTHING}")
+        refuse_unstorable(arguments, f"{name}: the arguments hold", NOTHING)
         args, ignored = check_fields(name, spec.params, arguments, strict=False, nothing=NOTHING)
         agent = checked_agent("agent_id", args["agent_id"]) if args.get("agent_id") else None
         refuse_over_limit(team_call.runtime, team_call.session_id, is_write=spec.writes, nothing=NOTHING,
@@ -124,16 +121,10 @@ def call(team_call: TeamCall, name: str, arguments: dict[str, Any]) -> dict[str,
     except ActionError as error:
         take_back(context)
         return {"success": False, **error.extra, "error": error.message}
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - `unexpected` logs it with its traceback
         take_back(context)
         # Never a stack trace to an agent: the same flat shape, with a reference into the log.
-        if is_busy(error):
-            log.warning("team tool %s: the database is busy (%s)", name, error)
-            return {"success": False, "error": database_busy().message}
-        reference = secrets.token_hex(4)
-        log.exception("team tool %s failed (log reference %s)", name, reference)
-        return {"success": False,
-                "error": f"The relay failed while running {name} (log reference {reference}). Its changes were rolled back."}
+        return {"success": False, "error": unexpected(error, f"team tool {name}", log, running=name).message}
     answer = {"success": True, **body}
     if ignored:
         answer["ignored"] = ignored

@@ -8,7 +8,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from oar.core.models import Event, Message, ReplyReceipt, Session, Subscription, Task
+from oar.core.models import Message, ReplyReceipt, Session, Subscription, Task
 from oar.core.statuses import OPEN_TURN, TaskStatus, TurnStatus
 from oar.sessions import visibility
 from oar.watching import delivery, held, lifetime, matching, subscription_rules
@@ -164,16 +164,15 @@ def hold(batch: matching.Match, now: datetime, engine: delivery.Timing) -> tuple
     touched: set[str] = set()
     bundles = Bundles(holding, batch.lines)
     for step in batch.steps:
-        if step[0] == "part":
-            _, watcher_id, part = step
-            bundles.add(watcher_id, bundles.due(watcher_id, [part.subscription], part.kind), part)
-            touched.add(watcher_id)
-        elif step[0] == "fire":
-            lifetime.fire_once([step[1]], holding.now)
-        else:
-            _, event, kind, line, watcher_id, matched = step
-            _hold_one(event, kind, line, watcher_id, matched, holding, bundles)
-            touched.add(watcher_id)
+        match step:
+            case matching.PartStarted(watcher_id, part):
+                bundles.add(watcher_id, bundles.due(watcher_id, [part.subscription], part.kind), part)
+                touched.add(watcher_id)
+            case matching.OnceEnded(subscription):
+                lifetime.fire_once([subscription], holding.now)
+            case matching.EventOnItsOwn():
+                _hold_one(step, holding, bundles)
+                touched.add(step.watcher_id)
     bundles.flush()
     holding.flush()  # event lines before the all_idle lines they lead to
     position = batch.events[-1].seq
@@ -236,8 +235,8 @@ class Bundles:
         self.parts = {}
 
 
-def _hold_one(event: Event, kind: str, line: str, watcher_id: str, matched: list[Subscription], holding: Holding,
-              bundles: Bundles) -> None:
+def _hold_one(step: matching.EventOnItsOwn, holding: Holding, bundles: Bundles) -> None:
+    event, kind, line, watcher_id, matched = step.event, step.kind, step.line, step.watcher_id, step.matched
     payload = event.payload or {}
     now = holding.now
     turn_id = payload.get("turnId") if event.kind == "turn_end" else None

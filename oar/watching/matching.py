@@ -108,14 +108,14 @@ class _Shared:
                     continue
                 part = Part(subscription, kind)
                 self.started[subscription.id] = (part, index)
-                found.steps.append(("part", subscription.watcher_id, part))
+                found.steps.append(PartStarted(subscription.watcher_id, part))
             self.waiting = still
         for subscription_id in out:
             if subscription_id in self.started:
                 self.skipped.setdefault(subscription_id, set()).add(index)
         if own is not None and (owner := self.by_watcher.get(own)) is not None and event.session_id != own:
             if event.created_at >= owner.created_at:
-                found.steps.append(("one", event, kind, line, own, [owner]))
+                found.steps.append(EventOnItsOwn(event, kind, line, own, [owner]))
 
     def parts(self) -> list[Part]:
         """Every started part, with its events and runs (shared where they are the same)."""
@@ -139,10 +139,38 @@ class _Shared:
         return parts
 
 
-# One step of the batch, in event order: ("part", watcher_id, part) where a part first appears
-# (its due time is decided there), ("fire", subscription) where a `once` one ends, or ("one",
-# event, kind, line, watcher_id, matched) for an event that `holding._hold_one` decides.
-Step = tuple[Any, ...]
+# The steps of a batch, in event order: what `oar.watching.holding.hold` does, one after the other.
+
+
+@dataclass(frozen=True)
+class PartStarted:
+    """A watcher's part first appears: its due time is decided here, for the events it gathers."""
+
+    watcher_id: str
+    part: Part
+
+
+@dataclass(frozen=True)
+class OnceEnded:
+    """A `once` subscription received its event in a part: it ends here, and sees nothing after."""
+
+    subscription: Subscription
+
+
+@dataclass(frozen=True)
+class EventOnItsOwn:
+    """An event a watcher receives outside a part, decided by `holding._hold_one`: an urgent one,
+    the watcher's own prompt, or one that several of its subscriptions match (`matched`, those
+    under `kind`)."""
+
+    event: Event
+    kind: str
+    line: str
+    watcher_id: str
+    matched: list[Subscription]
+
+
+Step = PartStarted | OnceEnded | EventOnItsOwn
 
 
 @dataclass
@@ -188,90 +216,146 @@ def match(events: list[Event]) -> Match:
     if not subscriptions:
         return found
     seeing = visibility.Watchers.of(found.visibility, found.titles, {s.watcher_id for s in subscriptions})
-    groups: dict[tuple[Any, ...], list[Subscription]] = defaultdict(list)
+    matcher = _Matcher(found, seeing, _groups(subscriptions, seeing))
+    for event in events:
+        matcher.event(event)
+    matcher.note_lines()
+    return found
+
+
+@dataclass
+class _Group:
+    """Subscriptions alike in their filters (`_filters`): `first` decides for all of them; its
+    plain members are matched together (`shared`), the others (`alone`) one by one."""
+
+    first: Subscription
+    shared: _Shared | None
+    alone: list[Subscription]
+
+
+def _groups(subscriptions: list[Subscription], seeing: visibility.Watchers) -> list[_Group]:
+    alike: dict[tuple[Any, ...], list[Subscription]] = defaultdict(list)
     for subscription in subscriptions:
-        groups[_filters(subscription)].append(subscription)
+        alike[_filters(subscription)].append(subscription)
     per_watcher_count = Counter(s.watcher_id for s in subscriptions)
-    # Each group: its plain members, matched together (`_Shared`), and the others, one by one.
-    plans: list[tuple[Subscription, _Shared | None, list[Subscription]]] = []
-    for group in groups.values():
+    found = []
+    for group in alike.values():
         first = group[0]
         # What a watcher sees is its own: under a narrower visibility no two watchers decide alike.
         plain = not first.once and seeing.everything
         members = [s for s in group if plain and per_watcher_count[s.watcher_id] == 1]
         taken = {s.id for s in members}
-        plans.append((first, _Shared(members) if members else None, [s for s in group if s.id not in taken]))
-    parts: dict[tuple[str, str], Part] = {}
-    fired: set[str] = set()  # `once` subscriptions this batch ends (they see nothing after)
-    for event in events:
-        if event.session_id not in found.titles:
-            continue
-        title = found.titles[event.session_id]
-        if not delivery.wakes_watchers(event.kind, (event.payload or {}).get("startedBy")):
-            continue  # nor is it activity for all_idle: that would wake the watchers all the same
-        payload = event.payload or {}
-        own = payload.get("fromSession") if event.kind == "turn_end" and payload.get("turnId") else None
-        lines: dict[str, str] = {}
-        per_watcher: dict[str, list[tuple[Subscription, str]]] = {}
-        for first, shared, group in plans:
-            if not _in_scope(first, event.session_id):
-                continue  # the same for the whole group (its watchers' own sessions are left out below)
-            idle_too = "all_idle" in (first.events or []) and event.kind != "session_idle"
-            kind = subscription_rules.received_as(first, event)
-            if kind is not None and kind not in lines:
-                lines[kind] = event_lines.event_line(event, Session(id=event.session_id, title=title), kind)
-            if kind is not None and not subscription_rules.matches_text(first.match, lines[kind]):
-                kind = None
-            if kind is None and not idle_too:
-                continue
-            if shared is not None and kind is not None and kind in delivery.URGENT_KINDS:
-                group = [*shared.members, *group]  # each an own row: one by one, as the others
-            elif shared is not None:
-                if idle_too:
-                    shared.mark_active(found, event)
-                if kind is not None:
-                    shared.add(found, event, kind, lines[kind], own)
-            for subscription in group:
-                if (subscription.id in fired or event.created_at < subscription.created_at
-                        or event.session_id == subscription.watcher_id):
-                    continue  # a conversation's own session is never watched
-                if not seeing.everything and not seeing.sees(subscription.watcher_id, event.session_id):
-                    continue  # nor one its watcher does not see
-                if idle_too:
-                    found.active.setdefault(subscription.id, subscription)
-                if kind is not None:
-                    if (matched := per_watcher.get(subscription.watcher_id)) is None:
-                        per_watcher[subscription.watcher_id] = [(subscription, kind)]
-                    else:
-                        matched.append((subscription, kind))
-        if not per_watcher:
-            continue
-        for watcher_id, matched in per_watcher.items():
-            if len(matched) == 1 and watcher_id != own and matched[0][1] not in delivery.URGENT_KINDS:
-                # The common case, without the lists: one subscription, a bundled event.
-                subscription, kind = matched[0]
-                if (part := parts.get((watcher_id, subscription.id))) is None:
-                    part = parts[(watcher_id, subscription.id)] = Part(subscription, kind)
-                    found.steps.append(("part", watcher_id, part))
-                part.add(event, kind, lines[kind])
-                if subscription.once:
-                    fired.add(subscription.id)
-                    found.steps.append(("fire", subscription))
-            else:
-                kind = "subagent_finished" if any(k == "subagent_finished" for _, k in matched) else event.kind
-                chosen = [s for s, k in matched if k == kind]
-                fired.update(s.id for s in chosen if s.once)
-                found.steps.append(("one", event, kind, lines[kind], watcher_id, chosen))
-    every = list(parts.values())
-    for _first, together, _group in plans:
-        if together is not None:
-            every.extend(together.parts())
-    done: set[int] = set()  # parts of one group share their list of events
-    for part in every:
-        if len(part.events) > 1 and id(part.events) not in done:
-            done.add(id(part.events))
-            found.lines.update(((event.seq, kind), line) for event, kind, line in part.events)
+        found.append(_Group(first, _Shared(members) if members else None, [s for s in group if s.id not in taken]))
     return found
+
+
+class _Lines:
+    """An event's line under each kind it is received as, written once per kind."""
+
+    def __init__(self, event: Event, title: str) -> None:
+        self.event = event
+        self.title = title
+        self.by_kind: dict[str, str] = {}
+
+    def __getitem__(self, kind: str) -> str:
+        if kind not in self.by_kind:
+            session = Session(id=self.event.session_id, title=self.title)
+            self.by_kind[kind] = event_lines.event_line(self.event, session, kind)
+        return self.by_kind[kind]
+
+
+class _Matcher:
+    """`match`'s work over the batch's events, one at a time: the steps, in event order, and
+    what they gather (the parts of the watchers matched one by one, the `once` ones ended)."""
+
+    def __init__(self, found: Match, seeing: visibility.Watchers, groups: list[_Group]) -> None:
+        self.found = found
+        self.seeing = seeing
+        self.groups = groups
+        self.parts: dict[tuple[str, str], Part] = {}
+        self.fired: set[str] = set()  # `once` subscriptions this batch ends (they see nothing after)
+
+    def event(self, event: Event) -> None:
+        if event.session_id not in self.found.titles:
+            return
+        payload = event.payload or {}
+        if not delivery.wakes_watchers(event.kind, payload.get("startedBy")):
+            return  # nor is it activity for all_idle: that would wake the watchers all the same
+        own = payload.get("fromSession") if event.kind == "turn_end" and payload.get("turnId") else None
+        lines = _Lines(event, self.found.titles[event.session_id])
+        per_watcher: dict[str, list[tuple[Subscription, str]]] = {}
+        for group in self.groups:
+            self._group_receives(group, event, lines, own, per_watcher)
+        for watcher_id, matched in per_watcher.items():
+            self._watcher_receives(event, lines, own, watcher_id, matched)
+
+    def _group_receives(self, group: _Group, event: Event, lines: _Lines, own: str | None,
+                        per_watcher: dict[str, list[tuple[Subscription, str]]]) -> None:
+        """`event` for one group: into its shared parts, and into `per_watcher` for the others."""
+        first, shared = group.first, group.shared
+        if not _in_scope(first, event.session_id):
+            return  # the same for the whole group (its watchers' own sessions are left out below)
+        idle_too = "all_idle" in (first.events or []) and event.kind != "session_idle"
+        kind = subscription_rules.received_as(first, event)
+        if kind is not None and not subscription_rules.matches_text(first.match, lines[kind]):
+            kind = None
+        if kind is None and not idle_too:
+            return
+        one_by_one = group.alone
+        if shared is not None and kind is not None and kind in delivery.URGENT_KINDS:
+            one_by_one = [*shared.members, *group.alone]  # each an own row: one by one, as the others
+        elif shared is not None:
+            if idle_too:
+                shared.mark_active(self.found, event)
+            if kind is not None:
+                shared.add(self.found, event, kind, lines[kind], own)
+        for subscription in one_by_one:
+            if not self._sees(subscription, event):
+                continue
+            if idle_too:
+                self.found.active.setdefault(subscription.id, subscription)
+            if kind is not None:
+                per_watcher.setdefault(subscription.watcher_id, []).append((subscription, kind))
+
+    def _sees(self, subscription: Subscription, event: Event) -> bool:
+        """Whether a subscription matched on its own receives `event` at all."""
+        if (subscription.id in self.fired or event.created_at < subscription.created_at
+                or event.session_id == subscription.watcher_id):
+            return False  # a conversation's own session is never watched
+        # nor one its watcher does not see
+        return self.seeing.everything or self.seeing.sees(subscription.watcher_id, event.session_id)
+
+    def _watcher_receives(self, event: Event, lines: _Lines, own: str | None, watcher_id: str,
+                          matched: list[tuple[Subscription, str]]) -> None:
+        """`event` for a watcher its subscriptions matched one by one: into a part, or on its own."""
+        if len(matched) == 1 and watcher_id != own and matched[0][1] not in delivery.URGENT_KINDS:
+            # The common case, without the lists: one subscription, a bundled event.
+            subscription, kind = matched[0]
+            if (part := self.parts.get((watcher_id, subscription.id))) is None:
+                part = self.parts[(watcher_id, subscription.id)] = Part(subscription, kind)
+                self.found.steps.append(PartStarted(watcher_id, part))
+            part.add(event, kind, lines[kind])
+            if subscription.once:
+                self.fired.add(subscription.id)
+                self.found.steps.append(OnceEnded(subscription))
+            return
+        kind = "subagent_finished" if any(k == "subagent_finished" for _, k in matched) else event.kind
+        chosen = [s for s, k in matched if k == kind]
+        self.fired.update(s.id for s in chosen if s.once)
+        self.found.steps.append(EventOnItsOwn(event, kind, lines[kind], watcher_id, chosen))
+
+    def note_lines(self) -> None:
+        """Every line of a part of more than one event, into `Match.lines` (parts of one
+        group share their list of events: noted once)."""
+        every = list(self.parts.values())
+        for group in self.groups:
+            if group.shared is not None:
+                every.extend(group.shared.parts())
+        done: set[int] = set()
+        for part in every:
+            if len(part.events) > 1 and id(part.events) not in done:
+                done.add(id(part.events))
+                self.found.lines.update(((event.seq, kind), line) for event, kind, line in part.events)
 
 
 def _in_scope(subscription: Subscription, session_id: str) -> bool:

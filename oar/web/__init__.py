@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import math
 import re
-import secrets
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -20,8 +19,9 @@ from werkzeug.sansio.response import Response as SansIOResponse
 
 from oar.core import defaults, metrics, tracing
 from oar.core.config import Config, check
-from oar.core.db import database, is_busy, open_database
-from oar.core.errors import ActionError, database_busy
+from oar.core.db import database, open_database
+from oar.core.errors import ActionError, http_error
+from oar.core.failures import unexpected
 from oar.core.fields import unstorable_text
 from oar.core.runtime import Runtime
 from oar.owner.bootstrap import refuse_newer_schema
@@ -163,6 +163,8 @@ def create_app(config: Config) -> Flask:
         if not database.is_closed():
             database.close()
 
+    # Every error becomes an ActionError, answered by `action_error`: the documented JSON shape
+    # (docs/errors.md), or the page's error page for the page's paths.
     @app.errorhandler(ActionError)
     def action_error(error: ActionError) -> ResponseReturnValue:
         if page.is_page_request():
@@ -170,28 +172,14 @@ def create_app(config: Config) -> Flask:
         return jsonify(error.to_dict()), error.status
 
     @app.errorhandler(HTTPException)
-    def http_error(error: HTTPException) -> ResponseReturnValue:
+    def http_exception(error: HTTPException) -> ResponseReturnValue:
         if page.is_page_request():
-            return page.http_error_page(error)
-        code = "REMOTE_RELAY_NOT_FOUND" if error.code == 404 else "REMOTE_RELAY_INVALID_INPUT"
-        body = {"ok": False, "code": code, "error": f"{error.name}: {error.description} Nothing was done."}
-        return jsonify(body), error.code or 500
+            return action_error(page.http_refusal(error))
+        return action_error(http_error(error.code or 500, f"{error.name}: {error.description} Nothing was done."))
 
     @app.errorhandler(Exception)
     def internal_error(error: Exception) -> ResponseReturnValue:
-        if is_busy(error):
-            log.warning("request %s %s: the database is busy (%s)", request.method, request.path, error)
-            return action_error(database_busy())
-        reference = secrets.token_hex(4)
-        log.exception("request %s %s failed (log reference %s)", request.method, request.path, reference)
-        if page.is_page_request():
-            return page.error_page(500, f"The relay failed (log reference {reference}). Its changes were rolled back.")
-        body = {
-            "ok": False,
-            "code": "REMOTE_RELAY_INTERNAL",
-            "error": f"The relay failed (log reference {reference}). Its changes were rolled back.",
-        }
-        return jsonify(body), 500
+        return action_error(unexpected(error, f"request {request.method} {request.path}", log))
 
     @app.get("/favicon.ico")
     def favicon() -> ResponseReturnValue:

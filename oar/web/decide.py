@@ -22,7 +22,7 @@ from flask.typing import ResponseReturnValue
 
 from oar.core import defaults
 from oar.core.errors import ActionError, invalid
-from oar.core.fields import unstorable_text
+from oar.core.fields import refuse_unstorable
 from oar.core.ratelimit import AddressLimiter
 from oar.core.statuses import DecidedVia
 from oar.notifications.decision_links import LinkState
@@ -91,8 +91,7 @@ def decide_on_page() -> ResponseReturnValue:
     else:
         payload["answer"] = form.get("answer", "")
     try:
-        if unstorable_text(payload):
-            raise invalid("The form holds text the relay cannot store (a NUL character). Nothing was changed.")
+        refuse_unstorable(payload, "The form holds", "Nothing was changed.", form=True)
         outcome = decisions.decide(runtime(), payload, DecidedVia.LINK)
     except ActionError as error:
         if error.code == "REMOTE_RELAY_NOT_FOUND":
@@ -116,6 +115,5 @@ def decide_by_action() -> ResponseReturnValue:
     body = request.form.to_dict() if request.form else json_body()
     if not isinstance(body, dict):
         raise invalid("The body must be a JSON object: {token, decision} or {token, option}. Nothing was changed.")
-    if unstorable_text(body):
-        raise invalid("The body holds text the relay cannot store (a NUL character or a lone surrogate). Nothing was changed.")
+    refuse_unstorable(body, "The body holds", "Nothing was changed.")
     return jsonify({"ok": True, "outcome": decisions.decide(runtime(), body, DecidedVia.ACTION)})

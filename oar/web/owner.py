@@ -13,7 +13,7 @@ from flask.typing import ResponseReturnValue
 
 from oar.core import settings as relay_settings
 from oar.core.errors import invalid
-from oar.core.fields import unstorable_text
+from oar.core.fields import refuse_unstorable
 from oar.notifications import channels as notification_channels
 from oar.notifications import webpush
 from oar.owner import (
@@ -48,11 +48,7 @@ def body() -> dict[str, Any]:
         return {}
     if not isinstance(payload, dict):
         raise invalid("The body must be a JSON object. Nothing was changed.")
-    if unstorable_text(payload):
-        raise invalid(
-            "The body holds text the relay cannot store (a NUL character or a lone surrogate such as \\ud800). "
-            "Nothing was changed."
-        )
+    refuse_unstorable(payload, "The body holds", "Nothing was changed.")
     return payload
 
 

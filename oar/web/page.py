@@ -25,8 +25,8 @@ from flask import (
 from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
 
-from oar.core.errors import ActionError, invalid
-from oar.core.fields import unstorable_text
+from oar.core.errors import ActionError, http_error
+from oar.core.fields import refuse_unstorable
 from oar.core.numbers import INT64_MAX, read_whole
 from oar.core.statuses import DecidedVia
 from oar.core.words import plural
@@ -110,8 +110,7 @@ def form_text(name: str) -> str:
 def payload_of(fields: dict[str, Any]) -> dict[str, Any]:
     """A form as the JSON body the owner API would get: empty fields are left out."""
     payload = {key: value for key, value in fields.items() if value not in (None, "", [])}
-    if unstorable_text(payload):
-        raise invalid("The form holds text the relay cannot store (a NUL character). Nothing was changed.")
+    refuse_unstorable(payload, "The form holds", "Nothing was changed.", form=True)
     return payload
 
 
@@ -345,32 +344,30 @@ def comma_list(text: str) -> list[str]:
 
 # Errors -----------------------------------------------------------------------------------------
 
-# The code a live endpoint's error answers with when it came with none (an HTTP error, a failure).
-LIVE_CODES = {404: "REMOTE_RELAY_NOT_FOUND", 500: "REMOTE_RELAY_INTERNAL", 503: "REMOTE_RELAY_DATABASE_BUSY"}
 CSRF_REFUSED = (
     "The form was refused: its security token (CSRF) was missing or did not match this browser's. "
     "Nothing was changed. Reload the page and try again."
 )
 
 
-def error_page(status: int, message: str, code: str | None = None) -> ResponseReturnValue:
+def error_page(status: int, message: str, code: str) -> ResponseReturnValue:
     """A small HTML error page for page paths (JSON for the live endpoints, in the API's error
     shape: docs/errors.md); never a stack trace."""
     if request.path.startswith("/live/"):
-        code = code or LIVE_CODES.get(status, "REMOTE_RELAY_INVALID_INPUT")
         return jsonify({"ok": False, "code": code, "error": message}), status
     return render_template("error.html", status=status, message=message), status
 
 
-def http_error_page(error: HTTPException) -> ResponseReturnValue:
+def http_refusal(error: HTTPException) -> ActionError:
+    """An HTTP error on the page's paths: the page's own sentence, the API's code and status."""
     if error.code == 400 and error.description == "csrf":
-        return error_page(400, CSRF_REFUSED)
+        return http_error(400, CSRF_REFUSED)
     messages = {
         404: "There is no such page on this relay.",
         405: "This page does not take that kind of request.",
         413: "The form was too large. Nothing was changed.",
     }
-    return error_page(error.code or 500, messages.get(error.code or 0, f"{error.name}. Nothing was changed."))
+    return http_error(error.code or 500, messages.get(error.code or 0, f"{error.name}. Nothing was changed."))
 
 
 def is_page_request() -> bool:

@@ -12,7 +12,7 @@ from flask import flash, redirect, render_template, request, url_for
 from flask.typing import ResponseReturnValue
 
 from oar.core.errors import ActionError, invalid
-from oar.core.fields import unstorable_text
+from oar.core.fields import refuse_unstorable
 from oar.owner import conversations, providers, relays, settings, signins
 from oar.sessions import visibility
 from oar.web import page_environment, page_views, runtime
@@ -82,8 +82,7 @@ def save_settings() -> ResponseReturnValue:
         if section and section not in SETTINGS_SECTIONS:
             raise invalid(f"The settings form names no section {section!r} (one of {', '.join(SETTINGS_SECTIONS)}). "
                           "Nothing was changed.")
-        if unstorable_text(changes):
-            raise invalid("The form holds text the relay cannot store (a NUL character). Nothing was changed.")
+        refuse_unstorable(changes, "The form holds", "Nothing was changed.", form=True)
         settings.change_settings(runtime(), changes)
     except ActionError as error:
         shown = {**settings.read_settings(runtime()), **changes}
