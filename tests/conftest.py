@@ -73,7 +73,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str, database_url
         running.start_worker()
         yield running
     finally:
-        running.stop()
+        running.discard()
 
 
 @pytest.fixture
