@@ -16,6 +16,11 @@ import psutil
 
 PROJECT = Path(__file__).resolve().parent.parent.parent
 
+# What this test process has started since the current test began (relay processes, in-thread
+# webs, private Redis servers): the conftest's guard fails a test not marked `stack` that started
+# any, so that `-m "not stack"` stays the in-process part.
+STARTED: list[str] = []
+
 
 class ManagedProcess:
     """`python <args>` run from the project's folder, leading a process group of its own.
@@ -28,6 +33,7 @@ class ManagedProcess:
     def __init__(
         self, name: str, args: Sequence[str], env: Mapping[str, str], *, log: Path, pipe_stdout: bool = False,
     ) -> None:
+        STARTED.append(f"process {name!r}")
         self.name = name
         self.log_path = log
         self._log: IO[bytes] = open(log, "ab")  # closed when the process is reaped

