@@ -3,21 +3,24 @@
 `stack` is the session's shared relay (the Flask app in a thread, RQ worker processes, Redis,
 database); `relay` empties it for each test. `recovery` and `two_relays` start relays of their
 own. Every test that uses one of the relay fixtures (or is marked `stack` itself) is a
-`stack` test: `python -m pytest -m "not stack"` runs the in-process part alone.
+`stack` test: `python -m pytest -m "not stack"` runs the in-process part alone. So is a test
+whose own code starts a relay or its processes (`own_relay`, `RelayStack`…), and a guard fails
+a test not marked `stack` that started any all the same (through a helper of its module, say).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+import types
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser
 
 from oar.core.db import database, open_database
-from tests.support import browser, logcheck
+from tests.support import browser, logcheck, processes
 from tests.support.bad_input.world import World, build_world
 from tests.support.clients import Agent
 from tests.support.relays import (
@@ -42,10 +45,50 @@ logging.getLogger("werkzeug").addHandler(logging.NullHandler())
 STACK_FIXTURES = frozenset({"stack", "recovery", "two_relays", "redis_url"})
 
 
+# What a test's own code calls to start a relay, its processes or a Redis inline.
+STACK_HELPERS = frozenset({"own_relay", "named_relays", "RelayStack", "ManagedProcess", "Launcher", "private_redis"})
+
+
+def names_used(code: types.CodeType) -> set[str]:
+    """The global and attribute names `code` and the functions defined in it refer to."""
+    names = set(code.co_names)
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            names |= names_used(constant)
+    return names
+
+
+def starts_processes(item: pytest.Item) -> bool:
+    """Whether the test uses a relay fixture or its own code calls one of STACK_HELPERS."""
+    if STACK_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        return True
+    code = getattr(getattr(item, "function", None), "__code__", None)
+    return code is not None and bool(STACK_HELPERS & names_used(code))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if STACK_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        if starts_processes(item):
             item.add_marker(pytest.mark.stack)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    processes.STARTED.clear()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """The guard: a test that started a relay, its processes or a Redis (its fixtures' included)
+    fails at teardown unless it is marked `stack`, so that `-m "not stack"` stays in-process."""
+    report = yield
+    if call.when == "teardown" and processes.STARTED and item.get_closest_marker("stack") is None:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} started {', '.join(sorted(set(processes.STARTED)))} but is not marked `stack`: "
+            "mark it (or its module, with `pytestmark = pytest.mark.stack`)"
+        )
+    return report
 
 
 @pytest.fixture(scope="session")
@@ -73,7 +116,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str, database_url
         running.start_worker()
         yield running
     finally:
-        running.stop()
+        running.discard()
 
 
 @pytest.fixture

@@ -64,7 +64,7 @@ def test_a_running_relay_is_backed_up_and_restored_into_a_fresh_data_dir(tmp_pat
             read = agent.ok("read_session", relay="this", session=children[1])
             assert [m["text"] for m in read["messages"]][-2:] == ["hello 1", "echo: hello 1"]
         finally:
-            restored.stop()
+            restored.discard()
 
 
 def test_a_postgresql_relay_is_told_to_use_pg_dump(tmp_path: Path) -> None:

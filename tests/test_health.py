@@ -57,7 +57,7 @@ def test_it_says_the_database_is_unavailable_without_the_error_text(tmp_path: Pa
         for secret_ish in (password, "oar_user", "oar_nowhere", "127.0.0.1", "port", "Error", "refused"):
             assert secret_ish not in readiness.text
     finally:
-        stack.stop()
+        stack.discard()
 
 
 READY = {"database": "ok", "redis": "ok", "worker": "ok", "clock": "ok"}

