@@ -101,7 +101,7 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         raise not_found(f"Session {target.id[:8]} is archived. {nothing}")
     busy = session_state.is_busy(target)
     if target.created_by_session == ctx.caller.id and not busy:
-        rules.check_active_limit(ctx.caller, nothing)
+        rules.check_active_limit(ctx.caller)
     chosen = choose(target, Requested.of(args), relay_name=ctx.relay_name, nothing=nothing, cap_checked_at=ctx.now)
     provider, model, effort = chosen.provider, chosen.model, chosen.effort
     if busy and args.get("if_busy") == "fail":
@@ -161,8 +161,8 @@ def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Start a session with a first prompt and wait for the reply."""
     nothing = "Nothing was created."
     caller = ctx.caller
-    rules.check_may_create(caller, nothing)
-    rules.check_active_limit(caller, nothing)
+    rules.check_may_create(caller)
+    rules.check_active_limit(caller)
     requested = Requested.of(args)
     picked = pick_provider(None, requested, relay_name=ctx.relay_name, nothing=nothing, like=caller, cap_checked_at=ctx.now)
     # The workspace arguments are checked against the provider before its model, as always.
