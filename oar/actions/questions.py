@@ -36,7 +36,7 @@ def answer_question(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     nothing = "Nothing was sent."
     if args["question_id"].strip().startswith("card_"):
         raise ActionError("REMOTE_RELAY_FORBIDDEN", f"Approval cards are the owner's to decide. {nothing}")
-    question = questions.find(args["question_id"], ctx.relay_name, nothing)
+    question = questions.find(args["question_id"], ctx.relay_name)
     ctx.view.check(question.session, nothing)
     if question.kind == "ask":
         raise ActionError(
@@ -44,7 +44,7 @@ def answer_question(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         )
     if question.session_id == ctx.caller.id:
         raise ActionError("REMOTE_RELAY_FORBIDDEN", f"An agent cannot answer its own questions. {nothing}")
-    answer, choices = questions.checked_answer(question, args.get("answer"), args.get("choices"), nothing)
+    answer, choices = questions.checked_answer(question, args.get("answer"), args.get("choices"))
     cards.approve(ctx, cards.Request(
         action="answer_question", nothing=nothing, target=question.session, excerpt=answer,
         lines=(f"Question: {question.question[:200]}",),
@@ -90,7 +90,7 @@ def ask(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         target = ctx.session(args["session"], nothing)
         if target.archived:
             raise invalid(f"Session {target.id[:8]} is archived. {nothing}")
-    questions.check_ask_limits(ctx.caller.id, target.id, nothing)
+    questions.check_ask_limits(ctx.caller.id, target.id)
     if target.id != ctx.caller.id:  # a write only about another session (docs/calling.md#levels-and-write-actions)
         cards.approve(ctx, cards.Request(action="ask", nothing=nothing, target=target, excerpt=args["question"]))
     with write_transaction():
@@ -133,7 +133,7 @@ def list_questions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
 def withdraw(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Withdraw a pending ask this conversation made."""
     nothing = "Nothing was withdrawn."
-    question = questions.find(args["question_id"], ctx.relay_name, nothing)
+    question = questions.find(args["question_id"], ctx.relay_name)
     if question.kind != "ask" or question.asker_session_id != ctx.caller.id:
         raise ActionError("REMOTE_RELAY_FORBIDDEN", f"Only the conversation that asked {question.id} can withdraw it. {nothing}")
     if question.status == QuestionStatus.PENDING:
