@@ -73,7 +73,7 @@ def _window(value: Any) -> str:
 )
 def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Change a session's settings for its next turns without prompting it."""
-    target = ctx.session(args["session"], UPDATE_NOTHING)
+    target = ctx.session(args["session"])
     # Settings for the next turns: the provider's caps refuse prompts, not this.
     chosen = choose(target, Requested.of(args), relay_name=ctx.relay_name, nothing=UPDATE_NOTHING)
     provider = chosen.provider
@@ -253,7 +253,7 @@ def _update_result(ctx: CallContext, target: Session, changed: list[str], notes:
 )
 def stop(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Stop the session's running turn, like the page's Stop button."""
-    target = ctx.session(args["session"], "Nothing was stopped.")
+    target = ctx.session(args["session"])
     cards.approve(ctx, cards.Request(
         action="stop", nothing="Nothing was stopped.", target=target, lines=(_work_line(target),),
     ))
@@ -276,7 +276,7 @@ def stop(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
 )
 def archive(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Archive a session: its running turn stops and queued prompts are cancelled."""
-    target = ctx.session(args["session"], "Nothing was archived.")
+    target = ctx.session(args["session"])
     cards.approve(ctx, cards.Request(
         action="archive", nothing="Nothing was archived.", target=target,
         lines=(_work_line(target), ARCHIVE_ENDS),

@@ -96,7 +96,7 @@ def waited_result(ctx: CallContext, message: Message, args: dict[str, Any]) -> d
 def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Queue a prompt to a session and wait for the reply."""
     nothing = "Nothing was sent."
-    target = ctx.session(args["session"], nothing)
+    target = ctx.session(args["session"])
     if target.archived:
         raise not_found(f"Session {target.id[:8]} is archived. {nothing}")
     busy = session_state.is_busy(target)

@@ -37,7 +37,7 @@ def answer_question(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     if args["question_id"].strip().startswith("card_"):
         raise ActionError("REMOTE_RELAY_FORBIDDEN", f"Approval cards are the owner's to decide. {nothing}")
     question = questions.find(args["question_id"], ctx.relay_name)
-    ctx.view.check(question.session, nothing)
+    ctx.view.check(question.session)
     if question.kind == "ask":
         raise ActionError(
             "REMOTE_RELAY_FORBIDDEN", f"Question {question.id} was asked of the user; only the owner answers it. {nothing}"
@@ -87,7 +87,7 @@ def ask(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         raise invalid(f"ask: options must be a list of up to 10 texts of 1 to 200 characters. {nothing}")
     target = ctx.caller
     if args.get("session") and not sessions.is_same(args["session"], ctx.caller):
-        target = ctx.session(args["session"], nothing)
+        target = ctx.session(args["session"])
         if target.archived:
             raise invalid(f"Session {target.id[:8]} is archived. {nothing}")
     questions.check_ask_limits(ctx.caller.id, target.id)

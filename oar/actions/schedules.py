@@ -54,7 +54,7 @@ def schedule(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     at, every_minutes, cron, tz = _timing_arguments(ctx, args)
     target = caller
     if args.get("session"):
-        target = ctx.session(args["session"], SCHEDULED_NOTHING)
+        target = ctx.session(args["session"])
         if target.archived:
             raise not_found(f"Session {target.id[:8]} is archived. {SCHEDULED_NOTHING}")
     into_other = target.id != caller.id

@@ -171,7 +171,7 @@ def _sessions(ctx: CallContext, given: list[Any]) -> tuple[str, list[Session]]:
                 "REMOTE_RELAY_OWN_SESSION",
                 f"A conversation's own session is never watched; leave {ctx.caller.id[:8]} out. {SUBSCRIBED_NOTHING}",
             )
-        session = ctx.session(reference, SUBSCRIBED_NOTHING)
+        session = ctx.session(reference)
         if session.archived:
             raise not_found(f"Session {session.id[:8]} is archived. {SUBSCRIBED_NOTHING}")
         named[session.id] = session
@@ -185,7 +185,7 @@ def _exclude(ctx: CallContext, given: list[Any] | None, scope: str) -> list[str]
         raise invalid(f"{EXCLUDE_NEEDS_ALL}. {SUBSCRIBED_NOTHING}")
     if any(not isinstance(item, str) or not item.strip() for item in given) or len(given) > MAX_SESSIONS_NAMED:
         raise invalid(f"exclude must be a list of session ids. {SUBSCRIBED_NOTHING}")
-    return list(dict.fromkeys(ctx.session(item, SUBSCRIBED_NOTHING).id for item in given))
+    return list(dict.fromkeys(ctx.session(item).id for item in given))
 
 
 def _events(given: list[Any] | None) -> list[str]:
@@ -267,7 +267,7 @@ def list_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]
 )
 def transfer_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Move every subscription of another conversation to this one (always an approval card)."""
-    source = ctx.session(args["from"], TRANSFERRED_NOTHING)
+    source = ctx.session(args["from"])
     if source.id == ctx.caller.id:
         raise ActionError(
             "REMOTE_RELAY_OWN_SESSION", f"These subscriptions are already this conversation's. {TRANSFERRED_NOTHING}"

@@ -9,7 +9,7 @@ from oar import lifecycle
 from oar.approvals import cards, loop
 from oar.core import defaults, ids
 from oar.core.db import write_transaction
-from oar.core.errors import invalid, not_found
+from oar.core.errors import invalid, not_found, refusals_ending
 from oar.core.fields import Param, check_fields
 from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
@@ -56,7 +56,8 @@ SESSION_CHANGES = {
 
 def owner_session(runtime: Runtime, session_id: str) -> Session:
     """A non-deleted session by id or unique prefix; refused with "Nothing was changed."."""
-    return sessions.resolve(session_id, runtime.relay_name(), CHANGED_NOTHING)
+    with refusals_ending(CHANGED_NOTHING):
+        return sessions.resolve(session_id, runtime.relay_name())
 
 
 def session_view(session: Session) -> dict[str, Any]:
