@@ -91,7 +91,7 @@ def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     if "cwd" in args:
         if provider.workspace == "repo":
             raise invalid(f"{provider.name} works in repositories; a session there has no folder. {UPDATE_NOTHING}")
-        folder = check_folder(args["cwd"], ctx.settings["allowed_roots"], UPDATE_NOTHING,
+        folder = check_folder(args["cwd"], ctx.settings["allowed_roots"],
                               places=RelayPlaces.of(ctx.runtime.config), session_id=target.id)
         if folder != target.cwd:
             if session_state.is_busy(target):

@@ -167,7 +167,7 @@ def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     picked = pick_provider(None, requested, relay_name=ctx.relay_name, nothing=nothing, like=caller, cap_checked_at=ctx.now)
     # The workspace arguments are checked against the provider before its model, as always.
     session_id = ids.session_id()
-    cwd, repo, branch = _workspace(ctx, args, picked.provider, nothing, session_id)
+    cwd, repo, branch = _workspace(ctx, args, picked.provider, session_id)
     chosen = choose(None, requested, relay_name=ctx.relay_name, nothing=nothing, like=caller, picked=picked)
     provider, model, effort = chosen.provider, chosen.model, chosen.effort
     group = groups.resolve(args["group"], ctx.relay_name, "No session was created.") if args.get("group") else None
@@ -229,26 +229,26 @@ def _relay_to_unlock(ctx: CallContext, session_id: str | None) -> Peer | None:
 
 
 def _workspace(
-    ctx: CallContext, args: dict[str, Any], provider: Provider, nothing: str, session_id: str
+    ctx: CallContext, args: dict[str, Any], provider: Provider, session_id: str
 ) -> tuple[str | None, str | None, str | None]:
     """(cwd, repo, branch): repository-based providers take a repo, the others a folder: the one
     named, else the caller's (unless the new session may not use it: the caller's own folder is
     its alone), else the new session's own folder (docs/sessions.md#folders)."""
     if provider.workspace == "repo":
         if args.get("cwd"):
-            raise invalid(f"{provider.name} works in repositories: give repo (and branch), not cwd. {nothing}")
+            raise invalid(f"{provider.name} works in repositories: give repo (and branch), not cwd.")
         if not args.get("repo"):
-            raise invalid(f"create_session needs repo for {provider.name}, which works in repositories. {nothing}")
+            raise invalid(f"create_session needs repo for {provider.name}, which works in repositories.")
         return None, args["repo"], args.get("branch")
     if args.get("repo") or args.get("branch"):
-        raise invalid(f"{provider.name} works in folders: give cwd, not repo or branch. {nothing}")
+        raise invalid(f"{provider.name} works in folders: give cwd, not repo or branch.")
     roots = ctx.settings["allowed_roots"]
     places = RelayPlaces.of(ctx.runtime.config)
     if args.get("cwd"):
-        return check_folder(args["cwd"], roots, nothing, places=places), None, None
+        return check_folder(args["cwd"], roots, places=places), None, None
     if ctx.caller.cwd:
         try:
-            return check_folder(ctx.caller.cwd, roots, nothing, places=places), None, None
+            return check_folder(ctx.caller.cwd, roots, places=places), None, None
         except ActionError:
             pass  # the caller's folder is not one the new session may use: it gets its own
     ensure_own_folder(places, session_id)

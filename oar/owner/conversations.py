@@ -82,7 +82,8 @@ def start_conversation(runtime: Runtime, payload: dict[str, Any]) -> tuple[Sessi
     places = RelayPlaces.of(runtime.config)
     session_id = ids.session_id()
     if args.get("cwd"):
-        cwd = check_folder(args["cwd"], runtime.settings()["allowed_roots"], nothing, places=places)
+        with refusals_ending(nothing):
+            cwd = check_folder(args["cwd"], runtime.settings()["allowed_roots"], places=places)
     else:
         ensure_own_folder(places, session_id)
         cwd = places.own_folder(session_id)
