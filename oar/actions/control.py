@@ -75,7 +75,7 @@ def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Change a session's settings for its next turns without prompting it."""
     target = ctx.session(args["session"])
     # Settings for the next turns: the provider's caps refuse prompts, not this.
-    chosen = choose(target, Requested.of(args), relay_name=ctx.relay_name, nothing=UPDATE_NOTHING)
+    chosen = choose(target, Requested.of(args), relay_name=ctx.relay_name)
     provider = chosen.provider
     notes: list[str] = [chosen.model_note] if chosen.model_note else []
     wanted: dict[str, Any] = {}

@@ -102,7 +102,7 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     busy = session_state.is_busy(target)
     if target.created_by_session == ctx.caller.id and not busy:
         rules.check_active_limit(ctx.caller)
-    chosen = choose(target, Requested.of(args), relay_name=ctx.relay_name, nothing=nothing, cap_checked_at=ctx.now)
+    chosen = choose(target, Requested.of(args), relay_name=ctx.relay_name, cap_checked_at=ctx.now)
     provider, model, effort = chosen.provider, chosen.model, chosen.effort
     if busy and args.get("if_busy") == "fail":
         active = Message.select().where(
@@ -164,11 +164,11 @@ def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     rules.check_may_create(caller)
     rules.check_active_limit(caller)
     requested = Requested.of(args)
-    picked = pick_provider(None, requested, relay_name=ctx.relay_name, nothing=nothing, like=caller, cap_checked_at=ctx.now)
+    picked = pick_provider(None, requested, relay_name=ctx.relay_name, like=caller, cap_checked_at=ctx.now)
     # The workspace arguments are checked against the provider before its model, as always.
     session_id = ids.session_id()
     cwd, repo, branch = _workspace(ctx, args, picked.provider, session_id)
-    chosen = choose(None, requested, relay_name=ctx.relay_name, nothing=nothing, like=caller, picked=picked)
+    chosen = choose(None, requested, relay_name=ctx.relay_name, like=caller, picked=picked)
     provider, model, effort = chosen.provider, chosen.model, chosen.effort
     group = groups.resolve(args["group"], ctx.relay_name, "No session was created.") if args.get("group") else None
     mode = args.get("mode") or caller.mode

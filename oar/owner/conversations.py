@@ -77,7 +77,8 @@ def start_conversation(runtime: Runtime, payload: dict[str, Any]) -> tuple[Sessi
     nothing = "Nothing was created."
     name = runtime.relay_name()
     args, _ = check_fields("create session", NEW_SESSION, payload, strict=True, nothing=nothing)
-    chosen = choose(None, Requested.of(args), relay_name=name, nothing=nothing)
+    with refusals_ending(nothing):
+        chosen = choose(None, Requested.of(args), relay_name=name)
     provider, model, effort = chosen.provider, chosen.model, chosen.effort
     places = RelayPlaces.of(runtime.config)
     session_id = ids.session_id()
