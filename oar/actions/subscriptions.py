@@ -130,10 +130,11 @@ def subscriptions_of(conversation_id: str) -> int:
     return subscription_rules.active_of(conversation_id).count() + peer_events.kept_on_peers(conversation_id)
 
 
-def limit_reached(nothing: str = SUBSCRIBED_NOTHING) -> ActionError:
+def limit_reached() -> ActionError:
+    """Over the subscription limit; the dispatcher adds the action's sentence (subscribe's or transfer's)."""
     return ActionError(
         "REMOTE_RELAY_SUBSCRIPTION_LIMIT",
-        f"This conversation already has {subscription_rules.MAX_SUBSCRIPTIONS} subscriptions; unsubscribe one first. {nothing}",
+        f"This conversation already has {subscription_rules.MAX_SUBSCRIPTIONS} subscriptions; unsubscribe one first.",
     )
 
 
@@ -277,7 +278,7 @@ def transfer_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, 
         raise invalid(f"Session {source.id[:8]} has no active subscriptions. {TRANSFERRED_NOTHING}")
     kept = subscription_rules.active_of(ctx.caller.id).count()
     if kept + len(moving) > subscription_rules.MAX_SUBSCRIPTIONS:
-        raise limit_reached(TRANSFERRED_NOTHING)
+        raise limit_reached()
     cards.approve(ctx, cards.Request(  # always a card (docs/rules.md#approval-cards)
         action="transfer_subscriptions", nothing=TRANSFERRED_NOTHING, target=source,
         lines=(f"{len(moving)} subscription{'s' if len(moving) != 1 else ''}: {', '.join(r.id for r in moving)}",),
