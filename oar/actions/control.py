@@ -207,12 +207,12 @@ def _group_change(ctx: CallContext, target: Session, reference: str | None) -> G
     if reference.strip().lower() == "none":
         return GroupLeft() if target.group_id else GroupKept()
     if reference.strip().startswith("grp_"):
-        group = groups.resolve(reference, ctx.relay_name, UPDATE_NOTHING)
+        group = groups.resolve(reference, ctx.relay_name)
     else:
         matches = groups.find_by_name(reference)
         if not matches:
             return GroupCreated(reference.strip())
-        group = groups.resolve(reference, ctx.relay_name, UPDATE_NOTHING)
+        group = groups.resolve(reference, ctx.relay_name)
     return GroupKept() if target.group_id == group.id else GroupJoined(group)
 
 

@@ -11,7 +11,7 @@ from oar.actions.registry import action
 from oar.approvals import cards, loop
 from oar.core import defaults, ids
 from oar.core.db import write_transaction
-from oar.core.errors import ActionError, invalid, not_found
+from oar.core.errors import ActionError, invalid, not_found, refusals_ending
 from oar.core.fields import Param
 from oar.core.models import Message, Session
 from oar.core.shapes import CWD, EFFORT, GROUP, MODE, MODEL, PROVIDER, RELAY, SESSION, TEXT, TITLE, WAIT_SECONDS
@@ -28,6 +28,9 @@ from oar.sessions.folders import check_folder
 from oar.turns import still_working as background
 from oar.turns import turns
 from oar.watching import own_prompts
+
+# create_session's refusals about its group say which thing was not created.
+NO_SESSION = "No session was created."
 
 
 def wait_seconds(ctx: CallContext, args: dict[str, Any]) -> tuple[int, str | None]:
@@ -170,7 +173,10 @@ def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     cwd, repo, branch = _workspace(ctx, args, picked.provider, session_id)
     chosen = choose(None, requested, relay_name=ctx.relay_name, like=caller, picked=picked)
     provider, model, effort = chosen.provider, chosen.model, chosen.effort
-    group = groups.resolve(args["group"], ctx.relay_name, "No session was created.") if args.get("group") else None
+    group = None
+    if args.get("group"):
+        with refusals_ending(NO_SESSION):
+            group = groups.resolve(args["group"], ctx.relay_name)
     mode = args.get("mode") or caller.mode
     title = (args.get("title") or "").strip() or sessions.title_from(args["text"])
     cards.approve(ctx, cards.Request(
@@ -193,8 +199,8 @@ def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
                 groups.join(caller, group)
         elif not groups.still_open(group):  # dissolved by the owner since it was checked
             raise groups.unknown_group(
-                f'The session group "{groups.display_name(group)}" was dissolved.', "No session was created."
-            )
+                f'The session group "{groups.display_name(group)}" was dissolved.'
+            ).ending(NO_SESSION)
         if group is not None:
             groups.join(session, group)
         message = turns.insert_prompt(

@@ -188,7 +188,8 @@ def change_session_settings(runtime: Runtime, session_id: str, payload: dict[str
     session = owner_session(runtime, session_id)
     group = None
     if args.get("group_id") and args["group_id"].lower() != "none":
-        group = groups.resolve(args["group_id"], runtime.relay_name(), CHANGED_NOTHING)
+        with refusals_ending(CHANGED_NOTHING):
+            group = groups.resolve(args["group_id"], runtime.relay_name())
     # An empty list is "not given" for agents' arguments; here it revokes every remembered Allow.
     approvals = args.get("approvals", [] if payload.get("approvals") == [] else None)
     if approvals is not None and not all(kind in cards.REMEMBERED for kind in approvals):
