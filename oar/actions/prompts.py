@@ -101,7 +101,7 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     nothing = "Nothing was sent."
     target = ctx.session(args["session"])
     if target.archived:
-        raise not_found(f"Session {target.id[:8]} is archived. {nothing}")
+        raise not_found(f"Session {target.id[:8]} is archived.")
     busy = session_state.is_busy(target)
     if target.created_by_session == ctx.caller.id and not busy:
         rules.check_active_limit(ctx.caller)
@@ -113,7 +113,7 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         ).order_by(Message.seq).first()
         raise ActionError(
             "REMOTE_RELAY_BUSY",
-            f"Session {target.id[:8]} is busy with another turn (if_busy: fail). {nothing}",
+            f"Session {target.id[:8]} is busy with another turn (if_busy: fail).",
             progress=turns.progress(active),
         )
     mode = args.get("mode") or ctx.caller.mode
