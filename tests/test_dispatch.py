@@ -179,3 +179,18 @@ def test_short_reads_on_this_relay_queue_in_their_process_and_other_calls_do_not
         assert reading.is_alive() and not answers  # queued
     reading.join(timeout=60)
     assert answers and answers[0]["sessions"]
+
+
+def test_a_refusal_ends_with_the_actions_sentence_once() -> None:
+    # Domain code raises without the sentence; the dispatcher adds the action's (oar.core.errors.ending).
+    assert ActionError("REMOTE_RELAY_BUSY", "Session ab is busy.").ending("Nothing was sent.").message == (
+        "Session ab is busy. Nothing was sent."
+    )
+    assert ActionError("REMOTE_RELAY_BUSY", "Session ab is busy.").ending("").message == "Session ab is busy."
+    # A refusal that already says what was not done keeps its own sentence.
+    for said in ("Gone. Nothing was sent.", "Dissolved. No session was created.", "Nothing was changed."):
+        assert ActionError("REMOTE_RELAY_INVALID_INPUT", said).ending("Nothing was created.").message == said
+    # One said in full (a paired relay's answer) is passed on as it is.
+    peer = ActionError("REMOTE_RELAY_OFFLINE", 'Relay "b" answered HTTP 200. What was asked there is unknown.')
+    assert peer.in_full().ending("Nothing was sent.").message == peer.message
+    assert ActionError("REMOTE_RELAY_BUSY", "x.").ending("Nothing was sent.").to_dict()["error"] == "x. Nothing was sent."

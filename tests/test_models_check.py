@@ -18,17 +18,18 @@ Echo = provider_class("echo")
 
 def refusal(requested: str, provider: Provider, nothing: str = "Nothing was sent.", **kwargs: Any) -> dict[str, Any]:
     with pytest.raises(ActionError) as caught:
-        check_model(requested, provider, relay_name=kwargs.pop("relay_name", "desk"), nothing=nothing, **kwargs)
+        check_model(requested, provider, relay_name=kwargs.pop("relay_name", "desk"), **kwargs)
     assert caught.value.code == "REMOTE_RELAY_UNKNOWN_MODEL"
     assert caught.value.status == 400
-    return caught.value.to_dict()
+    # The refusal as the caller gets it: the dispatcher ends it with the action's sentence.
+    return caught.value.ending(nothing).to_dict()
 
 
 # Pure checks ----------------------------------------------------------------------------
 
 
 def test_a_listed_model_passes_without_a_note() -> None:
-    choice = check_model("echo-2", Echo("echo", {}), relay_name="desk", nothing="Nothing was sent.")
+    choice = check_model("echo-2", Echo("echo", {}), relay_name="desk")
     assert choice.model == "echo-2"
     assert choice.note is None
 
@@ -64,7 +65,7 @@ def test_a_configured_model_list_replaces_the_built_in_one() -> None:
     assert body["error"].startswith("Unknown model 'gpt-5-4' for lab on relay \"build-box\"; did you mean 'gpt-5.4'? ")
     assert body["error"].endswith("Valid ids: gpt-5.4, gpt-5.4-mini, gpt-4o. Nothing was sent.")
     with pytest.raises(ActionError):
-        check_model("echo-1", provider, relay_name="build-box", nothing="Nothing was sent.")
+        check_model("echo-1", provider, relay_name="build-box")
 
 
 def test_suggestions_try_the_dotted_spelling_of_versions_first() -> None:
@@ -101,7 +102,7 @@ def test_dotted_providers_reject_other_spellings_even_without_a_list() -> None:
         "Unknown model 'claude-opus-5-5' for copilot on relay \"desk\"; did you mean 'claude-opus-5.5'? Nothing was sent."
     )
     # Its own spelling passes unchecked, with a note.
-    choice = check_model("claude-opus-5.5", copilot, relay_name="desk", nothing="Nothing was sent.")
+    choice = check_model("claude-opus-5.5", copilot, relay_name="desk")
     assert choice.model == "claude-opus-5.5"
     assert choice.note and "unchecked" in choice.note
 
@@ -125,7 +126,7 @@ def test_create_session_names_the_one_other_provider_that_lists_the_id() -> None
 def test_a_provider_without_a_model_list_passes_the_model_with_a_note() -> None:
     discovering = Provider("lmstudio", {})
     assert discovering.models == []
-    choice = check_model("qwen-3-32b", discovering, relay_name="desk", nothing="Nothing was sent.")
+    choice = check_model("qwen-3-32b", discovering, relay_name="desk")
     assert choice.model == "qwen-3-32b"
     assert choice.note == "lmstudio has no model list yet; 'qwen-3-32b' was passed unchecked."
 

@@ -131,10 +131,10 @@ class CallContext:
             self._view = visibility.View(self.caller, self.settings["sessions_visibility"])
         return self._view
 
-    def session(self, reference: str, nothing: str = "") -> Session:
+    def session(self, reference: str) -> Session:
         """The session an argument names on this relay, if this conversation sees it: else refused
         (`REMOTE_RELAY_NOT_FOUND`, or `REMOTE_RELAY_FORBIDDEN` for one outside its view)."""
-        return self.view.check(sessions.resolve(reference, self.relay_name, nothing), nothing)
+        return self.view.check(sessions.resolve(reference, self.relay_name))
 
     @property
     def can_wait(self) -> bool:

@@ -73,9 +73,9 @@ def _window(value: Any) -> str:
 )
 def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Change a session's settings for its next turns without prompting it."""
-    target = ctx.session(args["session"], UPDATE_NOTHING)
+    target = ctx.session(args["session"])
     # Settings for the next turns: the provider's caps refuse prompts, not this.
-    chosen = choose(target, Requested.of(args), relay_name=ctx.relay_name, nothing=UPDATE_NOTHING)
+    chosen = choose(target, Requested.of(args), relay_name=ctx.relay_name)
     provider = chosen.provider
     notes: list[str] = [chosen.model_note] if chosen.model_note else []
     wanted: dict[str, Any] = {}
@@ -91,7 +91,7 @@ def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     if "cwd" in args:
         if provider.workspace == "repo":
             raise invalid(f"{provider.name} works in repositories; a session there has no folder. {UPDATE_NOTHING}")
-        folder = check_folder(args["cwd"], ctx.settings["allowed_roots"], UPDATE_NOTHING,
+        folder = check_folder(args["cwd"], ctx.settings["allowed_roots"],
                               places=RelayPlaces.of(ctx.runtime.config), session_id=target.id)
         if folder != target.cwd:
             if session_state.is_busy(target):
@@ -207,12 +207,12 @@ def _group_change(ctx: CallContext, target: Session, reference: str | None) -> G
     if reference.strip().lower() == "none":
         return GroupLeft() if target.group_id else GroupKept()
     if reference.strip().startswith("grp_"):
-        group = groups.resolve(reference, ctx.relay_name, UPDATE_NOTHING)
+        group = groups.resolve(reference, ctx.relay_name)
     else:
         matches = groups.find_by_name(reference)
         if not matches:
             return GroupCreated(reference.strip())
-        group = groups.resolve(reference, ctx.relay_name, UPDATE_NOTHING)
+        group = groups.resolve(reference, ctx.relay_name)
     return GroupKept() if target.group_id == group.id else GroupJoined(group)
 
 
@@ -253,7 +253,7 @@ def _update_result(ctx: CallContext, target: Session, changed: list[str], notes:
 )
 def stop(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Stop the session's running turn, like the page's Stop button."""
-    target = ctx.session(args["session"], "Nothing was stopped.")
+    target = ctx.session(args["session"])
     cards.approve(ctx, cards.Request(
         action="stop", nothing="Nothing was stopped.", target=target, lines=(_work_line(target),),
     ))
@@ -276,7 +276,7 @@ def stop(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
 )
 def archive(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Archive a session: its running turn stops and queued prompts are cancelled."""
-    target = ctx.session(args["session"], "Nothing was archived.")
+    target = ctx.session(args["session"])
     cards.approve(ctx, cards.Request(
         action="archive", nothing="Nothing was archived.", target=target,
         lines=(_work_line(target), ARCHIVE_ENDS),

@@ -24,7 +24,7 @@ from oar.actions.resolving import resolve_target
 from oar.actions.targets import Target, ThisRelay
 from oar.core import defaults, tracing
 from oar.core.db import short_read
-from oar.core.errors import ActionError, invalid
+from oar.core.errors import ActionError, invalid, refusals_ending
 from oar.core.failures import unexpected
 from oar.core.fields import refuse_unstorable
 from oar.core.wait_slots import wait_slot
@@ -158,7 +158,8 @@ def _run(ctx: CallContext, payload: Any, trace: CallTrace) -> dict[str, Any]:
         call = Call(ctx=ctx, caller=ctx.calling, target=target, spec=spec, args=args)
         run_checks(call)
         holding = wait_slot(ctx.runtime, ctx.caller.id, call.nothing) if may_wait(call) else contextlib.nullcontext()
-        with holding:
+        # The action's refusals end with its sentence ("Nothing was sent."), added here once.
+        with holding, refusals_ending(spec.nothing):
             result = target.run(ctx, spec, args)
     envelope = {"ok": True, "relay": target.name, "summary": result.pop("summary"), **result}
     if ignored:

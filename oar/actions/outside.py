@@ -18,7 +18,7 @@ from oar.turns import outside, turns
 MAX_TAKEN = 100
 NOT_OUTSIDE = (
     "This conversation's agent is not outside the relay: what arrives for it runs on its provider ({provider}). "
-    "The owner can mark it as outside on its page or with the owner API (agent_outside). {nothing}"
+    "The owner can mark it as outside on its page or with the owner API (agent_outside)."
 )
 
 
@@ -36,9 +36,8 @@ NOT_OUTSIDE = (
 )
 def take(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Take what waits for this conversation (prompts, events, schedule firings, answers), waiting until something arrives."""
-    nothing = "Nothing was taken."
     if not outside.recognise(ctx.caller):
-        raise ActionError("REMOTE_RELAY_INVALID_INPUT", NOT_OUTSIDE.format(provider=ctx.caller.provider, nothing=nothing))
+        raise ActionError("REMOTE_RELAY_INVALID_INPUT", NOT_OUTSIDE.format(provider=ctx.caller.provider))
     seconds, cap_note = wait_seconds(ctx, args)
     taken = outside.take(ctx.runtime, ctx.caller.id, seconds, int(args.get("max_items") or 20))
     entry: dict[str, Any] = {"items": [_item(message) for message in taken.items]}
@@ -65,10 +64,9 @@ def take(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
 )
 def reply(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Answer a prompt this conversation took: the reply goes to whoever sent it."""
-    nothing = "Nothing was replied."
     if not outside.is_outside(ctx.caller):
-        raise ActionError("REMOTE_RELAY_INVALID_INPUT", NOT_OUTSIDE.format(provider=ctx.caller.provider, nothing=nothing))
-    turn = outside.reply(ctx.runtime, ctx.caller, args["message_id"], args["text"], nothing)
+        raise ActionError("REMOTE_RELAY_INVALID_INPUT", NOT_OUTSIDE.format(provider=ctx.caller.provider))
+    turn = outside.reply(ctx.runtime, ctx.caller, args["message_id"], args["text"])
     entry = turns.result(ctx.runtime, turn)
     entry["summary"] = f"reply → message {turn.id}: {turns.summary_status(entry)}"
     return entry

@@ -56,7 +56,7 @@ class PeerTarget:
                 f'Call {spec.name} with relay "this". {nothing}',
             )
         if spec.name == "create_session":  # one level: the calling conversation's own rule, checked here
-            rules.check_may_create(ctx.caller, nothing)
+            rules.check_may_create(ctx.caller)
             if args.get("group") and peers.lacks(self.peer, "groups"):
                 raise ActionError(
                     "REMOTE_RELAY_UNSUPPORTED",

@@ -11,7 +11,7 @@ from oar.actions.registry import action
 from oar.approvals import cards, loop
 from oar.core import defaults, ids
 from oar.core.db import write_transaction
-from oar.core.errors import ActionError, invalid, not_found
+from oar.core.errors import ActionError, invalid, not_found, refusals_ending
 from oar.core.fields import Param
 from oar.core.models import Message, Session
 from oar.core.shapes import CWD, EFFORT, GROUP, MODE, MODEL, PROVIDER, RELAY, SESSION, TEXT, TITLE, WAIT_SECONDS
@@ -28,6 +28,9 @@ from oar.sessions.folders import check_folder
 from oar.turns import still_working as background
 from oar.turns import turns
 from oar.watching import own_prompts
+
+# create_session's refusals about its group say which thing was not created.
+NO_SESSION = "No session was created."
 
 
 def wait_seconds(ctx: CallContext, args: dict[str, Any]) -> tuple[int, str | None]:
@@ -96,13 +99,13 @@ def waited_result(ctx: CallContext, message: Message, args: dict[str, Any]) -> d
 def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Queue a prompt to a session and wait for the reply."""
     nothing = "Nothing was sent."
-    target = ctx.session(args["session"], nothing)
+    target = ctx.session(args["session"])
     if target.archived:
-        raise not_found(f"Session {target.id[:8]} is archived. {nothing}")
+        raise not_found(f"Session {target.id[:8]} is archived.")
     busy = session_state.is_busy(target)
     if target.created_by_session == ctx.caller.id and not busy:
-        rules.check_active_limit(ctx.caller, nothing)
-    chosen = choose(target, Requested.of(args), relay_name=ctx.relay_name, nothing=nothing, cap_checked_at=ctx.now)
+        rules.check_active_limit(ctx.caller)
+    chosen = choose(target, Requested.of(args), relay_name=ctx.relay_name, cap_checked_at=ctx.now)
     provider, model, effort = chosen.provider, chosen.model, chosen.effort
     if busy and args.get("if_busy") == "fail":
         active = Message.select().where(
@@ -110,7 +113,7 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         ).order_by(Message.seq).first()
         raise ActionError(
             "REMOTE_RELAY_BUSY",
-            f"Session {target.id[:8]} is busy with another turn (if_busy: fail). {nothing}",
+            f"Session {target.id[:8]} is busy with another turn (if_busy: fail).",
             progress=turns.progress(active),
         )
     mode = args.get("mode") or ctx.caller.mode
@@ -161,16 +164,19 @@ def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Start a session with a first prompt and wait for the reply."""
     nothing = "Nothing was created."
     caller = ctx.caller
-    rules.check_may_create(caller, nothing)
-    rules.check_active_limit(caller, nothing)
+    rules.check_may_create(caller)
+    rules.check_active_limit(caller)
     requested = Requested.of(args)
-    picked = pick_provider(None, requested, relay_name=ctx.relay_name, nothing=nothing, like=caller, cap_checked_at=ctx.now)
+    picked = pick_provider(None, requested, relay_name=ctx.relay_name, like=caller, cap_checked_at=ctx.now)
     # The workspace arguments are checked against the provider before its model, as always.
     session_id = ids.session_id()
-    cwd, repo, branch = _workspace(ctx, args, picked.provider, nothing, session_id)
-    chosen = choose(None, requested, relay_name=ctx.relay_name, nothing=nothing, like=caller, picked=picked)
+    cwd, repo, branch = _workspace(ctx, args, picked.provider, session_id)
+    chosen = choose(None, requested, relay_name=ctx.relay_name, like=caller, picked=picked)
     provider, model, effort = chosen.provider, chosen.model, chosen.effort
-    group = groups.resolve(args["group"], ctx.relay_name, "No session was created.") if args.get("group") else None
+    group = None
+    if args.get("group"):
+        with refusals_ending(NO_SESSION):
+            group = groups.resolve(args["group"], ctx.relay_name)
     mode = args.get("mode") or caller.mode
     title = (args.get("title") or "").strip() or sessions.title_from(args["text"])
     cards.approve(ctx, cards.Request(
@@ -193,8 +199,8 @@ def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
                 groups.join(caller, group)
         elif not groups.still_open(group):  # dissolved by the owner since it was checked
             raise groups.unknown_group(
-                f'The session group "{groups.display_name(group)}" was dissolved.', "No session was created."
-            )
+                f'The session group "{groups.display_name(group)}" was dissolved.'
+            ).ending(NO_SESSION)
         if group is not None:
             groups.join(session, group)
         message = turns.insert_prompt(
@@ -229,26 +235,26 @@ def _relay_to_unlock(ctx: CallContext, session_id: str | None) -> Peer | None:
 
 
 def _workspace(
-    ctx: CallContext, args: dict[str, Any], provider: Provider, nothing: str, session_id: str
+    ctx: CallContext, args: dict[str, Any], provider: Provider, session_id: str
 ) -> tuple[str | None, str | None, str | None]:
     """(cwd, repo, branch): repository-based providers take a repo, the others a folder: the one
     named, else the caller's (unless the new session may not use it: the caller's own folder is
     its alone), else the new session's own folder (docs/sessions.md#folders)."""
     if provider.workspace == "repo":
         if args.get("cwd"):
-            raise invalid(f"{provider.name} works in repositories: give repo (and branch), not cwd. {nothing}")
+            raise invalid(f"{provider.name} works in repositories: give repo (and branch), not cwd.")
         if not args.get("repo"):
-            raise invalid(f"create_session needs repo for {provider.name}, which works in repositories. {nothing}")
+            raise invalid(f"create_session needs repo for {provider.name}, which works in repositories.")
         return None, args["repo"], args.get("branch")
     if args.get("repo") or args.get("branch"):
-        raise invalid(f"{provider.name} works in folders: give cwd, not repo or branch. {nothing}")
+        raise invalid(f"{provider.name} works in folders: give cwd, not repo or branch.")
     roots = ctx.settings["allowed_roots"]
     places = RelayPlaces.of(ctx.runtime.config)
     if args.get("cwd"):
-        return check_folder(args["cwd"], roots, nothing, places=places), None, None
+        return check_folder(args["cwd"], roots, places=places), None, None
     if ctx.caller.cwd:
         try:
-            return check_folder(ctx.caller.cwd, roots, nothing, places=places), None, None
+            return check_folder(ctx.caller.cwd, roots, places=places), None, None
         except ActionError:
             pass  # the caller's folder is not one the new session may use: it gets its own
     ensure_own_folder(places, session_id)

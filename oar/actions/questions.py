@@ -35,23 +35,23 @@ def answer_question(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Answer a question card another session's agent waits on (ask your user first unless told you may decide)."""
     nothing = "Nothing was sent."
     if args["question_id"].strip().startswith("card_"):
-        raise ActionError("REMOTE_RELAY_FORBIDDEN", f"Approval cards are the owner's to decide. {nothing}")
-    question = questions.find(args["question_id"], ctx.relay_name, nothing)
-    ctx.view.check(question.session, nothing)
+        raise ActionError("REMOTE_RELAY_FORBIDDEN", "Approval cards are the owner's to decide.")
+    question = questions.find(args["question_id"], ctx.relay_name)
+    ctx.view.check(question.session)
     if question.kind == "ask":
         raise ActionError(
-            "REMOTE_RELAY_FORBIDDEN", f"Question {question.id} was asked of the user; only the owner answers it. {nothing}"
+            "REMOTE_RELAY_FORBIDDEN", f"Question {question.id} was asked of the user; only the owner answers it."
         )
     if question.session_id == ctx.caller.id:
-        raise ActionError("REMOTE_RELAY_FORBIDDEN", f"An agent cannot answer its own questions. {nothing}")
-    answer, choices = questions.checked_answer(question, args.get("answer"), args.get("choices"), nothing)
+        raise ActionError("REMOTE_RELAY_FORBIDDEN", "An agent cannot answer its own questions.")
+    answer, choices = questions.checked_answer(question, args.get("answer"), args.get("choices"))
     cards.approve(ctx, cards.Request(
         action="answer_question", nothing=nothing, target=question.session, excerpt=answer,
         lines=(f"Question: {question.question[:200]}",),
     ))
     answered = QuestionStatus.ANSWERED
     if not questions.settle(ctx.runtime, question, status=answered, answer=answer, choices=choices, via=ctx.relay_name):
-        raise invalid(f"Question {question.id} was answered meanwhile. {nothing}")
+        raise invalid(f"Question {question.id} was answered meanwhile.")
     return {
         "summary": f"answer_question → {ctx.relay_name} session {question.session_id[:8]}: {question.id} answered",
         "status": QuestionStatus.ANSWERED,
@@ -84,13 +84,13 @@ def ask(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     nothing = "Nothing was asked."
     options = args.get("options") or []
     if len(options) > 10 or not all(isinstance(o, str) and o.strip() and len(o) <= 200 for o in options):
-        raise invalid(f"ask: options must be a list of up to 10 texts of 1 to 200 characters. {nothing}")
+        raise invalid("ask: options must be a list of up to 10 texts of 1 to 200 characters.")
     target = ctx.caller
     if args.get("session") and not sessions.is_same(args["session"], ctx.caller):
-        target = ctx.session(args["session"], nothing)
+        target = ctx.session(args["session"])
         if target.archived:
-            raise invalid(f"Session {target.id[:8]} is archived. {nothing}")
-    questions.check_ask_limits(ctx.caller.id, target.id, nothing)
+            raise invalid(f"Session {target.id[:8]} is archived.")
+    questions.check_ask_limits(ctx.caller.id, target.id)
     if target.id != ctx.caller.id:  # a write only about another session (docs/calling.md#levels-and-write-actions)
         cards.approve(ctx, cards.Request(action="ask", nothing=nothing, target=target, excerpt=args["question"]))
     with write_transaction():
@@ -133,14 +133,14 @@ def list_questions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
 def withdraw(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Withdraw a pending ask this conversation made."""
     nothing = "Nothing was withdrawn."
-    question = questions.find(args["question_id"], ctx.relay_name, nothing)
+    question = questions.find(args["question_id"], ctx.relay_name)
     if question.kind != "ask" or question.asker_session_id != ctx.caller.id:
-        raise ActionError("REMOTE_RELAY_FORBIDDEN", f"Only the conversation that asked {question.id} can withdraw it. {nothing}")
+        raise ActionError("REMOTE_RELAY_FORBIDDEN", f"Only the conversation that asked {question.id} can withdraw it.")
     if question.status == QuestionStatus.PENDING:
         cards.approve(ctx, cards.Request(action="withdraw", nothing=nothing, lines=(f"Question: {question.question[:200]}",)))
     withdrawn = QuestionStatus.WITHDRAWN
     if not questions.settle(ctx.runtime, question, status=withdrawn, answer=None, choices=None, via=ctx.relay_name):
-        raise invalid(f"Question {question.id} is no longer pending. {nothing}")
+        raise invalid(f"Question {question.id} is no longer pending.")
     return {
         "summary": f"withdraw → {ctx.relay_name}: question {question.id[:7]}… withdrawn",
         "question_id": question.id,

@@ -54,9 +54,9 @@ def schedule(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     at, every_minutes, cron, tz = _timing_arguments(ctx, args)
     target = caller
     if args.get("session"):
-        target = ctx.session(args["session"], SCHEDULED_NOTHING)
+        target = ctx.session(args["session"])
         if target.archived:
-            raise not_found(f"Session {target.id[:8]} is archived. {SCHEDULED_NOTHING}")
+            raise not_found(f"Session {target.id[:8]} is archived.")
     into_other = target.id != caller.id
     _check_limits(caller, target)
     minute = ctx.runtime.time("SCHEDULE_MINUTE_SECONDS")
@@ -64,7 +64,7 @@ def schedule(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     try:
         first = schedule_grid.first_due(at=at, every_seconds=every_seconds, cron=cron, tz=tz, now=ctx.now)
     except schedule_grid.BadTiming as error:
-        raise invalid(f"schedule: {error}. {SCHEDULED_NOTHING}") from None
+        raise invalid(f"schedule: {error}.") from None
     title = (args.get("title") or "").strip() or sessions.title_from(args["text"])
     # Controlled like send: loop protection counts it once now and once per firing, and the
     # ask/plan-mode card is asked here, once; a firing has no turn and never asks (docs/schedules.md).
@@ -117,9 +117,9 @@ def _timing_arguments(
     cron = args.get("cron")
     tz = args.get("tz")
     if not (args.get("at") or every_minutes or cron):
-        raise invalid(f"schedule needs at (a time), every_minutes or cron. {SCHEDULED_NOTHING}")
+        raise invalid("schedule needs at (a time), every_minutes or cron.")
     if every_minutes and cron:
-        raise invalid(f"schedule takes every_minutes or cron, not both: cron replaces every_minutes. {SCHEDULED_NOTHING}")
+        raise invalid("schedule takes every_minutes or cron, not both: cron replaces every_minutes.")
     try:
         if tz is not None:
             tz = tz.strip()
@@ -128,11 +128,10 @@ def _timing_arguments(
             cron = schedule_grid.normalise_cron(cron)
         at = schedule_grid.parse_at(args["at"], tz) if args.get("at") else None
     except schedule_grid.BadTiming as error:
-        raise invalid(f"schedule: {error}. {SCHEDULED_NOTHING}") from None
+        raise invalid(f"schedule: {error}.") from None
     if at is not None and at <= ctx.now:
         raise invalid(
-            f"schedule: at ({args['at'][:64]}) is in the past; it is now {ctx.now.isoformat(timespec='seconds')}Z. "
-            f"{SCHEDULED_NOTHING}"
+            f"schedule: at ({args['at'][:64]}) is in the past; it is now {ctx.now.isoformat(timespec='seconds')}Z."
         )
     return at, every_minutes, cron, tz
 
@@ -142,13 +141,13 @@ def _check_limits(caller: Session, target: Session) -> None:
         raise ActionError(
             "REMOTE_RELAY_SCHEDULE_LIMIT",
             f"Session {target.id[:8]} already has {defaults.SCHEDULES_INTO_CONVERSATION} active schedules firing "
-            f"into it; unschedule one first. {SCHEDULED_NOTHING}",
+            f"into it; unschedule one first.",
         )
     if target.id != caller.id and schedules.active_set_for_others(caller.id) >= defaults.SCHEDULES_SET_FOR_OTHERS:
         raise ActionError(
             "REMOTE_RELAY_SCHEDULE_LIMIT",
             f"This conversation already has {defaults.SCHEDULES_SET_FOR_OTHERS} active schedules into other "
-            f"sessions; unschedule one first. {SCHEDULED_NOTHING}",
+            f"sessions; unschedule one first.",
         )
 
 
@@ -196,8 +195,7 @@ def unschedule(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     )
     if row is None:
         raise not_found(
-            f'This conversation has no schedule "{schedule_id[:64]}" (firing into it or set by it). '
-            f"{UNSCHEDULED_NOTHING}"
+            f'This conversation has no schedule "{schedule_id[:64]}" (firing into it or set by it).'
         )
     cards.approve(ctx, cards.Request(action="unschedule", nothing=UNSCHEDULED_NOTHING, lines=(f'Schedule: "{row.title}" ({row.id})',)))
     ended = schedules.unschedule(row.id, ctx.now)

@@ -76,17 +76,17 @@ def subscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     if args.get("heartbeat_minutes") and "heartbeat" not in events:
         events.append("heartbeat")  # setting heartbeat_minutes turns heartbeats on (docs/events.md#subscriptions)
     elif "heartbeat" in events and not args.get("heartbeat_minutes"):
-        raise invalid(f"heartbeat needs heartbeat_minutes (5 to 1,440): how often it comes. {SUBSCRIBED_NOTHING}")
+        raise invalid("heartbeat needs heartbeat_minutes (5 to 1,440): how often it comes.")
     match = args.get("match")
     if match and subscription_rules.is_regex(match):
         try:
             subscription_rules.compiled(match)
         except regex.error as error:
-            raise invalid(f"match {match[:80]} is not a valid regular expression ({error}). {SUBSCRIBED_NOTHING}") from None
+            raise invalid(f"match {match[:80]} is not a valid regular expression ({error}).") from None
     try:
         quiet = parse(args["quiet_hours"]) if "quiet_hours" in args else None
     except BadQuietHours as error:
-        raise invalid(f"{error}. {SUBSCRIBED_NOTHING}") from None
+        raise invalid(f"{error}.") from None
     if subscriptions_of(caller.id) >= subscription_rules.MAX_SUBSCRIPTIONS:
         raise limit_reached()
     cards.approve(ctx, cards.Request(
@@ -130,10 +130,11 @@ def subscriptions_of(conversation_id: str) -> int:
     return subscription_rules.active_of(conversation_id).count() + peer_events.kept_on_peers(conversation_id)
 
 
-def limit_reached(nothing: str = SUBSCRIBED_NOTHING) -> ActionError:
+def limit_reached() -> ActionError:
+    """Over the subscription limit; the dispatcher adds the action's sentence (subscribe's or transfer's)."""
     return ActionError(
         "REMOTE_RELAY_SUBSCRIPTION_LIMIT",
-        f"This conversation already has {subscription_rules.MAX_SUBSCRIPTIONS} subscriptions; unsubscribe one first. {nothing}",
+        f"This conversation already has {subscription_rules.MAX_SUBSCRIPTIONS} subscriptions; unsubscribe one first.",
     )
 
 
@@ -157,23 +158,23 @@ def _watch_line(scope: str, named: list[Session], events: list[str], args: dict[
 
 def _sessions(ctx: CallContext, given: list[Any]) -> tuple[str, list[Session]]:
     if any(not isinstance(item, str) or not item.strip() for item in given):
-        raise invalid(f'sessions must be a list of session ids, or ["all"]. {SUBSCRIBED_NOTHING}')
+        raise invalid('sessions must be a list of session ids, or ["all"].')
     if [item.strip().lower() for item in given] == ["all"]:
         return "all", []
     if any(item.strip().lower() == "all" for item in given):
-        raise invalid(f'sessions takes ["all"] alone or a list of session ids. {SUBSCRIBED_NOTHING}')
+        raise invalid('sessions takes ["all"] alone or a list of session ids.')
     if len(given) > MAX_SESSIONS_NAMED:
-        raise invalid(f"sessions names {len(given)} sessions; the limit is {MAX_SESSIONS_NAMED}. {SUBSCRIBED_NOTHING}")
+        raise invalid(f"sessions names {len(given)} sessions; the limit is {MAX_SESSIONS_NAMED}.")
     named: dict[str, Session] = {}
     for reference in given:
         if sessions.is_same(reference, ctx.caller):
             raise ActionError(
                 "REMOTE_RELAY_OWN_SESSION",
-                f"A conversation's own session is never watched; leave {ctx.caller.id[:8]} out. {SUBSCRIBED_NOTHING}",
+                f"A conversation's own session is never watched; leave {ctx.caller.id[:8]} out.",
             )
-        session = ctx.session(reference, SUBSCRIBED_NOTHING)
+        session = ctx.session(reference)
         if session.archived:
-            raise not_found(f"Session {session.id[:8]} is archived. {SUBSCRIBED_NOTHING}")
+            raise not_found(f"Session {session.id[:8]} is archived.")
         named[session.id] = session
     return "sessions", list(named.values())
 
@@ -182,10 +183,10 @@ def _exclude(ctx: CallContext, given: list[Any] | None, scope: str) -> list[str]
     if not given:
         return []
     if scope != "all":
-        raise invalid(f"{EXCLUDE_NEEDS_ALL}. {SUBSCRIBED_NOTHING}")
+        raise invalid(f"{EXCLUDE_NEEDS_ALL}.")
     if any(not isinstance(item, str) or not item.strip() for item in given) or len(given) > MAX_SESSIONS_NAMED:
-        raise invalid(f"exclude must be a list of session ids. {SUBSCRIBED_NOTHING}")
-    return list(dict.fromkeys(ctx.session(item, SUBSCRIBED_NOTHING).id for item in given))
+        raise invalid("exclude must be a list of session ids.")
+    return list(dict.fromkeys(ctx.session(item).id for item in given))
 
 
 def _events(given: list[Any] | None) -> list[str]:
@@ -194,7 +195,7 @@ def _events(given: list[Any] | None) -> list[str]:
     unknown = [item for item in given if not isinstance(item, str) or item.strip().lower() not in delivery.EVENT_KINDS]
     if unknown:
         shown = ", ".join(repr(item)[:40] for item in unknown[:5])
-        raise invalid(f"Unknown events: {shown}. Events: {', '.join(delivery.EVENT_KINDS)}. {SUBSCRIBED_NOTHING}")
+        raise invalid(f"Unknown events: {shown}. Events: {', '.join(delivery.EVENT_KINDS)}.")
     return list(dict.fromkeys(item.strip().lower() for item in given))
 
 
@@ -214,7 +215,7 @@ def unsubscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     else:
         row = Subscription.get_or_none((Subscription.id == wanted) & (Subscription.watcher == ctx.caller.id))
         if row is None:
-            raise not_found(f'This conversation has no subscription "{wanted[:64]}". {UNSUBSCRIBED_NOTHING}')
+            raise not_found(f'This conversation has no subscription "{wanted[:64]}".')
         rows = [row]
     cards.approve(ctx, cards.Request(
         action="unsubscribe", nothing=UNSUBSCRIBED_NOTHING, lines=(f"Subscriptions: {', '.join(r.id for r in rows)}",),
@@ -267,17 +268,17 @@ def list_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]
 )
 def transfer_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Move every subscription of another conversation to this one (always an approval card)."""
-    source = ctx.session(args["from"], TRANSFERRED_NOTHING)
+    source = ctx.session(args["from"])
     if source.id == ctx.caller.id:
         raise ActionError(
-            "REMOTE_RELAY_OWN_SESSION", f"These subscriptions are already this conversation's. {TRANSFERRED_NOTHING}"
+            "REMOTE_RELAY_OWN_SESSION", "These subscriptions are already this conversation's."
         )
     moving = list(subscription_rules.active_of(source.id).order_by(Subscription.created_at))
     if not moving:
-        raise invalid(f"Session {source.id[:8]} has no active subscriptions. {TRANSFERRED_NOTHING}")
+        raise invalid(f"Session {source.id[:8]} has no active subscriptions.")
     kept = subscription_rules.active_of(ctx.caller.id).count()
     if kept + len(moving) > subscription_rules.MAX_SUBSCRIPTIONS:
-        raise limit_reached(TRANSFERRED_NOTHING)
+        raise limit_reached()
     cards.approve(ctx, cards.Request(  # always a card (docs/rules.md#approval-cards)
         action="transfer_subscriptions", nothing=TRANSFERRED_NOTHING, target=source,
         lines=(f"{len(moving)} subscription{'s' if len(moving) != 1 else ''}: {', '.join(r.id for r in moving)}",),

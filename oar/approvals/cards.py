@@ -503,7 +503,7 @@ def _refusal(card: Card, outcome: str, request: Request) -> ActionError:
             "REMOTE_RELAY_APPROVAL_DENIED",
             f"The call stopped waiting before the owner decided the approval card {card.id}. {request.nothing} "
             "The card waits for the owner in the Inbox; once allowed, call again and it goes through without a card.",
-        )
+        ).in_full()  # it says what comes next after what was not done
     if card.turn_id is None:
         return ActionError(
             "REMOTE_RELAY_APPROVAL_DENIED",

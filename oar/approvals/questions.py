@@ -85,17 +85,19 @@ def create_ask_user(
     )
 
 
-def check_ask_limits(asker_id: str, target_id: str, nothing: str) -> None:
+def check_ask_limits(asker_id: str, target_id: str) -> None:
+    """Refuses an ask over the pending limits (the caller adds what was not done, as for `find` and
+    `checked_answer`: the dispatcher the action's sentence, the owner API its own)."""
     pending = Question.select().where((Question.kind == "ask") & (Question.status == QuestionStatus.PENDING))
     if pending.where(Question.asker_session_id == asker_id).count() >= MAX_PENDING_ASKS:
         raise ActionError(
             "REMOTE_RELAY_QUESTION_LIMIT",
-            f"This conversation has {MAX_PENDING_ASKS} questions pending; wait for answers or withdraw one. {nothing}",
+            f"This conversation has {MAX_PENDING_ASKS} questions pending; wait for answers or withdraw one.",
         )
     if pending.where(Question.session == target_id).count() >= MAX_PENDING_ASKS:
         raise ActionError(
             "REMOTE_RELAY_QUESTION_LIMIT",
-            f"Session {target_id[:8]} has {MAX_PENDING_ASKS} questions pending. {nothing}",
+            f"Session {target_id[:8]} has {MAX_PENDING_ASKS} questions pending.",
         )
 
 
@@ -109,19 +111,19 @@ def create_ask(
     )
 
 
-def find(question_id: str, relay_name: str, nothing: str = "") -> Question:
+def find(question_id: str, relay_name: str) -> Question:
     question = Question.get_or_none(Question.id == (question_id or "").strip())
     if question is None:
-        raise not_found(f'Relay "{relay_name}" has no question "{question_id[:64]}". {nothing}'.strip())
+        raise not_found(f'Relay "{relay_name}" has no question "{question_id[:64]}".')
     return question
 
 
 def checked_answer(
-    question: Question, answer: str | None, choices: list[Any] | None, nothing: str
+    question: Question, answer: str | None, choices: list[Any] | None
 ) -> tuple[str, list[str] | None]:
     """The answer text and the chosen options, or INVALID_INPUT (nothing recorded)."""
     if question.status != QuestionStatus.PENDING:
-        raise invalid(f"Question {question.id} is {question.status}, not pending. {nothing}")
+        raise invalid(f"Question {question.id} is {question.status}, not pending.")
     options = question.options or []
     picked: list[str] | None = None
     if choices is not None:
@@ -129,14 +131,14 @@ def checked_answer(
         unknown = [c for c in choices if not isinstance(c, str) or c.casefold() not in by_text]
         if unknown or not choices:
             listed = ", ".join(f'"{o}"' for o in options) or "none"
-            raise invalid(f"choices must be among the question's options ({listed}). {nothing}")
+            raise invalid(f"choices must be among the question's options ({listed}).")
         picked = [by_text[c.casefold()] for c in choices]
         if len(picked) > 1 and not question.multi_select:
-            raise invalid(f"Question {question.id} takes one choice. {nothing}")
+            raise invalid(f"Question {question.id} takes one choice.")
     if answer is None and picked is None:
-        raise invalid(f"Give choices (a list of options) or answer (text). {nothing}")
+        raise invalid("Give choices (a list of options) or answer (text).")
     if answer is not None and not question.allow_freeform and answer.casefold() not in {o.casefold() for o in options}:
-        raise invalid(f"Question {question.id} takes one of its options, not free text. {nothing}")
+        raise invalid(f"Question {question.id} takes one of its options, not free text.")
     return (answer if answer is not None else ", ".join(picked or [])), picked
 
 

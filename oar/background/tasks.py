@@ -205,10 +205,11 @@ def stop_all(runtime: Runtime, session_id: str) -> list[str]:
     return running
 
 
-def find(session: Session, task_id: str, relay_name: str, nothing: str = "") -> Task:
+def find(session: Session, task_id: str, relay_name: str) -> Task:
+    """The session's task, or NOT_FOUND without saying what was not done (its caller adds that)."""
     task = Task.get_or_none((Task.id == (task_id or "").strip()) & (Task.session == session.id))
     if task is None:
-        raise not_found(f'Session {session.id[:8]} on relay "{relay_name}" has no task "{task_id[:64]}". {nothing}'.strip())
+        raise not_found(f'Session {session.id[:8]} on relay "{relay_name}" has no task "{task_id[:64]}".')
     return task
 
 

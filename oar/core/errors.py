@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from oar.core import defaults, metrics
@@ -46,6 +48,10 @@ STATUS_BY_CODE: dict[str, int] = {
 
 _PEER_HTTP_CODE = re.compile("REMOTE_RELAY_HTTP_([0-9]{3})")
 
+# The sentence a refusal ends with, saying what was not done ("Nothing was sent.", "No session was
+# created."): a message that already ends with one keeps it instead of the action's (`ending`).
+_SUFFIX_SENTENCE = re.compile(r"(?:^|[.!?)] )(?:Nothing|No [a-z]+) was [a-z]+\.$")
+
 
 class ActionError(Exception):
     """A refused or failed call. `message` says what was wrong and what was not done."""
@@ -60,6 +66,24 @@ class ActionError(Exception):
         # A paired relay's refusal passed on keeps its code but may answer another status
         # (a token the peer rejected is 502 here, not 401: docs/errors.md); see `answered_as`.
         self.http_status: int | None = None
+        # Says in full what was and was not done (a paired relay's answer or its link's failure,
+        # or a refusal whose last sentence says what comes next): no sentence is added (`ending`).
+        self.said_in_full = False
+
+    def ending(self, nothing: str) -> ActionError:
+        """The same error ending with `nothing`, the sentence that says what the refused call did
+        not do, once: domain code raises without it and whoever answers the caller adds it (the
+        dispatcher the action's, the owner API its own). Left as it is when it already ends with
+        such a sentence (a refusal that says something else was or was not done) or was said in full."""
+        if nothing and not self.said_in_full and not _SUFFIX_SENTENCE.search(self.message):
+            self.message = f"{self.message} {nothing}"
+            self.args = (self.message,)
+        return self
+
+    def in_full(self) -> ActionError:
+        """The same error, marked as said in full (`said_in_full`): passed on as it is."""
+        self.said_in_full = True
+        return self
 
     def answered_as(self, status: int | None) -> ActionError:
         """The same error, answered with `status` instead of its code's (None: its code's)."""
@@ -86,6 +110,17 @@ def peer_http_status(code: str) -> int | None:
         return None
     n = int(found[1])
     return n if 400 <= n < 500 else 502
+
+
+@contextlib.contextmanager
+def refusals_ending(nothing: str) -> Iterator[None]:
+    """Refusals raised in the block end with `nothing` (`ActionError.ending`): the one place an
+    edge that answers a caller (the dispatcher, an owner operation) says what was not done."""
+    try:
+        yield
+    except ActionError as error:
+        error.ending(nothing)
+        raise
 
 
 def invalid(message: str, **extra: Any) -> ActionError:

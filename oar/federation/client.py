@@ -174,7 +174,7 @@ class PeerLink:
                 "REMOTE_RELAY_UNAUTHORIZED",
                 f'Relay "{self.name}" rejected this relay\'s pairing token (revoked, or never valid there). '
                 "Ask the user to pair the relays again. Nothing was done there.",
-            ).answered_as(502)
+            ).answered_as(502).in_full()
         if answer is not None and answer.get("ok") is True and status == 200:
             return answer
         if answer is not None and answer.get("ok") is False and isinstance(code, str) and _known(code):
@@ -188,8 +188,10 @@ class PeerLink:
         else:
             detail = f"answered HTTP {status} without a code of its own"
         if status == 200:  # a 200 that is not a relay's answer: as if the peer did not answer properly
-            raise ActionError("REMOTE_RELAY_OFFLINE", f'Relay "{self.name}" {detail}. What was asked there is unknown.')
-        raise ActionError(f"REMOTE_RELAY_HTTP_{status}", f'Relay "{self.name}" {detail}.')
+            raise ActionError(
+                "REMOTE_RELAY_OFFLINE", f'Relay "{self.name}" {detail}. What was asked there is unknown.'
+            ).in_full()
+        raise ActionError(f"REMOTE_RELAY_HTTP_{status}", f'Relay "{self.name}" {detail}.').in_full()
 
 
 def refusal(answer: dict[str, Any]) -> ActionError:
@@ -198,14 +200,14 @@ def refusal(answer: dict[str, Any]) -> ActionError:
     code = answer["code"]
     # A refusal about the peer's own link to another relay keeps its code; its status mirrors it here.
     status = 502 if code == "REMOTE_RELAY_UNAUTHORIZED" else None
-    return ActionError(code, str(answer.get("error") or code), **extra).answered_as(status)
+    return ActionError(code, str(answer.get("error") or code), **extra).answered_as(status).in_full()
 
 
 def offline(name: str, why: str) -> ActionError:
     return ActionError(
         "REMOTE_RELAY_OFFLINE",
         f'Relay "{name}" is not answering ({why}). Nothing was done there; try again later.',
-    )
+    ).in_full()
 
 
 def _known(code: str) -> bool:

@@ -38,15 +38,16 @@ def link_to(runtime: Runtime, peer: Peer) -> PeerLink:
     )
 
 
-def check_name(name: str, relay_name: str, nothing: str, *, keep: Peer | None = None) -> str:
+def check_name(name: str, relay_name: str, *, keep: Peer | None = None) -> str:
+    """The name checked; refused without saying what was not done (the owner operation adds it)."""
     name = (name or "").strip()
     if not name or len(name) > MAX_NAME_CHARS or any(ch.isspace() or ch in "@/\\\"'" for ch in name):
-        raise invalid(f"A paired relay's name is 1–{MAX_NAME_CHARS} characters without spaces, @, slashes or quotes. {nothing}")
+        raise invalid(f"A paired relay's name is 1–{MAX_NAME_CHARS} characters without spaces, @, slashes or quotes.")
     if name.casefold() in ("this", relay_name.casefold()):
-        raise invalid(f'"{name}" names this relay; give the paired relay another name. {nothing}')
+        raise invalid(f'"{name}" names this relay; give the paired relay another name.')
     taken = Peer.get_or_none(fn.LOWER(Peer.name) == name.lower())
     if taken is not None and (keep is None or taken.id != keep.id):
-        raise invalid(f'A paired relay is already named "{taken.name}". {nothing}')
+        raise invalid(f'A paired relay is already named "{taken.name}".')
     return name
 
 
@@ -68,7 +69,7 @@ def add(runtime: Runtime, url: str, token: str, name: str | None = None) -> Peer
     remote_name = str(hello.get("name") or "")[:200] or host_of(base)
     version = str(hello.get("version") or "")[:40] or None
     features = said_features(hello)
-    chosen = check_name(name if name is not None else remote_name, runtime.relay_name(), NOTHING)
+    chosen = check_name(name if name is not None else remote_name, runtime.relay_name())
     with write_transaction():
         return Peer.create(
             id=ids.prefixed_id("peer"), name=chosen, url=base, token=token, level="full", remote_name=remote_name,
@@ -76,12 +77,13 @@ def add(runtime: Runtime, url: str, token: str, name: str | None = None) -> Peer
         )
 
 
-def find(reference: str, nothing: str = CHANGED_NOTHING) -> Peer:
-    """A paired relay by its name, stable id or host (the owner API's path)."""
+def find(reference: str) -> Peer:
+    """A paired relay by its name, stable id or host (the owner API's path); NOT_FOUND without
+    saying what was not done (the owner operation adds it)."""
     wanted = (reference or "").strip()
     matches = matching(wanted)
     if len(matches) != 1:
-        raise not_found(f'No paired relay is named "{wanted[:100]}". {nothing}')
+        raise not_found(f'No paired relay is named "{wanted[:100]}".')
     return matches[0]
 
 
@@ -101,7 +103,7 @@ def change(runtime: Runtime, peer: Peer, changes: dict[str, Any]) -> Peer:
     if "permission" in changes:
         updates["level"] = changes["permission"]
     if "name" in changes:
-        updates["name"] = check_name(changes["name"], runtime.relay_name(), CHANGED_NOTHING, keep=peer)
+        updates["name"] = check_name(changes["name"], runtime.relay_name(), keep=peer)
     if "token" in changes:
         token = changes["token"].strip()
         if not token or any(ch.isspace() for ch in token):

@@ -9,7 +9,7 @@ from oar import lifecycle
 from oar.approvals import cards, loop
 from oar.core import defaults, ids
 from oar.core.db import write_transaction
-from oar.core.errors import invalid, not_found
+from oar.core.errors import invalid, not_found, refusals_ending
 from oar.core.fields import Param, check_fields
 from oar.core.models import Message, Session
 from oar.core.runtime import Runtime
@@ -56,7 +56,8 @@ SESSION_CHANGES = {
 
 def owner_session(runtime: Runtime, session_id: str) -> Session:
     """A non-deleted session by id or unique prefix; refused with "Nothing was changed."."""
-    return sessions.resolve(session_id, runtime.relay_name(), CHANGED_NOTHING)
+    with refusals_ending(CHANGED_NOTHING):
+        return sessions.resolve(session_id, runtime.relay_name())
 
 
 def session_view(session: Session) -> dict[str, Any]:
@@ -76,12 +77,14 @@ def start_conversation(runtime: Runtime, payload: dict[str, Any]) -> tuple[Sessi
     nothing = "Nothing was created."
     name = runtime.relay_name()
     args, _ = check_fields("create session", NEW_SESSION, payload, strict=True, nothing=nothing)
-    chosen = choose(None, Requested.of(args), relay_name=name, nothing=nothing)
+    with refusals_ending(nothing):
+        chosen = choose(None, Requested.of(args), relay_name=name)
     provider, model, effort = chosen.provider, chosen.model, chosen.effort
     places = RelayPlaces.of(runtime.config)
     session_id = ids.session_id()
     if args.get("cwd"):
-        cwd = check_folder(args["cwd"], runtime.settings()["allowed_roots"], nothing, places=places)
+        with refusals_ending(nothing):
+            cwd = check_folder(args["cwd"], runtime.settings()["allowed_roots"], places=places)
     else:
         ensure_own_folder(places, session_id)
         cwd = places.own_folder(session_id)
@@ -185,7 +188,8 @@ def change_session_settings(runtime: Runtime, session_id: str, payload: dict[str
     session = owner_session(runtime, session_id)
     group = None
     if args.get("group_id") and args["group_id"].lower() != "none":
-        group = groups.resolve(args["group_id"], runtime.relay_name(), CHANGED_NOTHING)
+        with refusals_ending(CHANGED_NOTHING):
+            group = groups.resolve(args["group_id"], runtime.relay_name())
     # An empty list is "not given" for agents' arguments; here it revokes every remembered Allow.
     approvals = args.get("approvals", [] if payload.get("approvals") == [] else None)
     if approvals is not None and not all(kind in cards.REMEMBERED for kind in approvals):

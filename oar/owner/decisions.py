@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from oar.approvals import cards, questions
-from oar.core.errors import ActionError, invalid, not_found
+from oar.core.errors import ActionError, invalid, not_found, refusals_ending
 from oar.core.fields import Param, check_fields
 from oar.core.models import Session
 from oar.core.runtime import Runtime
@@ -91,6 +91,7 @@ def choices(subject: Subject) -> list[tuple[str, str]]:
     return [("allow_once", "Allow once"), remember, ("deny", "Deny")]
 
 
+@refusals_ending(NOTHING)
 def decide(runtime: Runtime, payload: dict[str, Any], via: DecidedVia) -> dict[str, Any]:
     """Decide the link's card or answer its question once: `payload` is the token and one of
     `decision` (a card), `option`, `choices` or `answer` (a question). Returns the outcome."""
@@ -140,6 +141,6 @@ def _checked_reply(subject: Subject, args: dict[str, Any]) -> dict[str, Any]:
         reply = {"choices": args["choices"]}
     else:
         reply = {"answer": args["answer"].strip()}
-    questions.checked_answer(question, reply.get("answer"), reply.get("choices"), NOTHING)
+    questions.checked_answer(question, reply.get("answer"), reply.get("choices"))
     return reply
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from oar.core import ids
 from oar.core.db import write_transaction
+from oar.core.errors import refusals_ending
 from oar.core.fields import Param, check_fields
 from oar.core.models import Group, Session
 from oar.core.runtime import Runtime
@@ -48,7 +49,8 @@ def create_group(runtime: Runtime, payload: dict[str, Any]) -> dict[str, Any]:
 def change_group(runtime: Runtime, group_id: str, payload: dict[str, Any]) -> dict[str, Any]:
     """Rename a group or move it in the owner's order."""
     args, _ = check_fields("change group", GROUP_CHANGES, payload, strict=True, nothing=CHANGED_NOTHING)
-    group = groups.resolve(group_id, runtime.relay_name(), CHANGED_NOTHING)
+    with refusals_ending(CHANGED_NOTHING):
+        group = groups.resolve(group_id, runtime.relay_name())
     with write_transaction():
         if args:
             Group.update(**args).where(Group.id == group.id).execute()
@@ -57,7 +59,8 @@ def change_group(runtime: Runtime, group_id: str, payload: dict[str, Any]) -> di
 
 def dissolve_group(runtime: Runtime, group_id: str) -> Group:
     """Dissolve: the members stay, ungrouped."""
-    group = groups.resolve(group_id, runtime.relay_name(), CHANGED_NOTHING)
+    with refusals_ending(CHANGED_NOTHING):
+        group = groups.resolve(group_id, runtime.relay_name())
     with write_transaction():
         Session.update(group=None).where(Session.group == group.id).execute()
         Group.update(dissolved=True, head_session_id=None).where(Group.id == group.id).execute()

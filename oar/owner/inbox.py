@@ -8,7 +8,7 @@ from typing import Any
 
 from oar.approvals import cards, questions
 from oar.core import defaults
-from oar.core.errors import invalid
+from oar.core.errors import invalid, refusals_ending
 from oar.core.fields import Param, check_fields
 from oar.core.models import Question, Session
 from oar.core.runtime import Runtime
@@ -99,24 +99,24 @@ def decide(
     return card
 
 
+@refusals_ending(CHANGED_NOTHING)
 def answer_question(
     runtime: Runtime, question_id: str, payload: dict[str, Any], via: DecidedVia = DecidedVia.API,
     channel: str | None = None,
 ) -> dict[str, Any]:
     """The owner answers or dismisses a question card (ask_user or ask), recorded with how."""
-    nothing = CHANGED_NOTHING
-    args, _ = check_fields("answer", ANSWER, payload, strict=True, nothing=nothing)
-    question = questions.find(question_id, runtime.relay_name(), nothing)
+    args, _ = check_fields("answer", ANSWER, payload, strict=True, nothing=CHANGED_NOTHING)
+    question = questions.find(question_id, runtime.relay_name())
     if args.get("dismiss"):
         if question.status != QuestionStatus.PENDING:
-            raise invalid(f"Question {question.id} is {question.status}, not pending. {nothing}")
+            raise invalid(f"Question {question.id} is {question.status}, not pending.")
         status, answer, choices = QuestionStatus.DISMISSED, None, None
     else:
         status = QuestionStatus.ANSWERED
-        answer, choices = questions.checked_answer(question, args.get("answer"), args.get("choices"), nothing)
+        answer, choices = questions.checked_answer(question, args.get("answer"), args.get("choices"))
     if not questions.settle(runtime, question, status=status, answer=answer, choices=choices, via=runtime.relay_name(),
                             decided_via=via, decided_channel=channel):
-        raise invalid(f"Question {question.id} was settled meanwhile. {nothing}")
+        raise invalid(f"Question {question.id} was settled meanwhile.")
     if question.kind == "ask":
         automated.announce_answer(runtime, question)
     return questions.listed(Question.get_by_id(question.id))

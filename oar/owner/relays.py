@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from oar.core.errors import refusals_ending
 from oar.core.fields import Param, check_fields
 from oar.core.runtime import Runtime
 from oar.federation import pairing, peers
@@ -36,6 +37,7 @@ def revoke_pairing_token(runtime: Runtime, token_id: str) -> dict[str, Any]:
     return pairing.view(pairing.revoke(token_id))
 
 
+@refusals_ending(peers.NOTHING)
 def add_relay(runtime: Runtime, payload: dict[str, Any]) -> Peer:
     args, _ = check_fields("pairing", NEW_RELAY, payload, strict=True, nothing=peers.NOTHING)
     return peers.add(runtime, args["url"], args["token"], args.get("name"))
@@ -45,13 +47,15 @@ def list_relays(runtime: Runtime) -> list[dict[str, Any]]:
     return peers.listed()
 
 
+@refusals_ending(peers.CHANGED_NOTHING)
 def change_relay(runtime: Runtime, reference: str, payload: dict[str, Any]) -> Peer:
     peer = peers.find(reference)
     args, _ = check_fields("relay change", RELAY_CHANGES, payload, strict=True, nothing=peers.CHANGED_NOTHING)
     return peers.change(runtime, peer, args)
 
 
+@refusals_ending("Nothing was removed.")
 def remove_relay(runtime: Runtime, reference: str) -> Peer:
-    peer = peers.find(reference, "Nothing was removed.")
+    peer = peers.find(reference)
     peers.remove(runtime, peer)
     return peer

@@ -9,7 +9,7 @@ from typing import Any
 
 import redis
 
-from oar.core.errors import invalid, not_found
+from oar.core.errors import invalid, not_found, refusals_ending
 from oar.core.fields import Param, check_fields
 from oar.core.models import Session
 from oar.core.runtime import Runtime
@@ -98,7 +98,8 @@ def recent_thoughts(runtime: Runtime, run_id: str, after: int) -> list[dict[str,
 def memory_folder(runtime: Runtime, payload: dict[str, Any], nothing: str) -> Path:
     args, _ignored = check_fields("memory files", MEMORY_FOLDER, payload, strict=True, nothing=nothing)
     try:
-        return Path(check_folder(args["folder"], runtime.settings()["allowed_roots"], nothing))
+        with refusals_ending(nothing):
+            return Path(check_folder(args["folder"], runtime.settings()["allowed_roots"]))
     except OSError as error:  # a name too long for the file system, a folder it may not look into
         raise invalid(f'The relay cannot use folder "{args["folder"][:300]}": {error.strerror}. {nothing}') from None
 

@@ -27,34 +27,35 @@ def is_capped(provider: Provider, now: datetime) -> bool:
     return usage.token_cap(provider) is not None and usage.meter(provider, now).capped
 
 
-def switch_target(current: Provider, name: str, relay_name: str, nothing: str, now: datetime) -> Provider:
-    """The provider a `send` with `provider` moves the session to; raises when it may not."""
+def switch_target(current: Provider, name: str, relay_name: str, now: datetime) -> Provider:
+    """The provider a `send` with `provider` moves the session to; raises when it may not (without
+    saying what was not done: the dispatcher adds the action's sentence)."""
     target = providers.get(name)
     if target is None:
         configured = [p.name for p in providers.configured()]
         raise ActionError(
             "REMOTE_RELAY_PROVIDER_UNAVAILABLE",
-            f'Provider "{name[:64]}" is not configured on relay "{relay_name}". Configured: {", ".join(configured)}. {nothing}',
+            f'Provider "{name[:64]}" is not configured on relay "{relay_name}". Configured: {", ".join(configured)}.',
             providers=configured,
         )
     if family_of(target) != family_of(current):
         raise invalid(
             f'Provider "{target.name}" is not of the family of "{current.name}" ({family_of(current)}); '
-            f"send can only move a session between providers of one family. {nothing}"
+            f"send can only move a session between providers of one family."
         )
     if is_capped(target, now):
         raise ActionError(
             "REMOTE_RELAY_PROVIDER_UNAVAILABLE",
-            f"{target.name} is over its monthly cap; the session stays on {current.name}. {nothing}",
+            f"{target.name} is over its monthly cap; the session stays on {current.name}.",
             providers=[p.name for p in providers.configured()],
             remoteCode=remote_code(target, "API_CAP_REACHED"),
         )
     return target
 
 
-def check_not_capped(provider: Provider, relay_name: str, now: datetime, nothing: str = NOTHING_QUEUED) -> None:
+def check_not_capped(provider: Provider, relay_name: str, now: datetime) -> None:
     """A send without `provider` to a session on a capped provider queues nothing (docs/sessions.md#send);
-    create_session on one creates nothing."""
+    create_session on one creates nothing. The caller says which (`NOTHING_QUEUED`, or its action's sentence)."""
     if not is_capped(provider, now):
         return
     subscription = next(
@@ -75,7 +76,7 @@ def check_not_capped(provider: Provider, relay_name: str, now: datetime, nothing
         advice = "Ask the user to raise the cap."
     raise ActionError(
         "REMOTE_RELAY_PROVIDER_UNAVAILABLE",
-        f"{provider.name} is over its monthly cap. {advice} {nothing}",
+        f"{provider.name} is over its monthly cap. {advice}",
         providers=[p.name for p in providers.configured()],
         remoteCode=remote_code(provider, "API_CAP_REACHED"),
     )

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from oar import providers
-from oar.core.errors import ActionError, invalid
+from oar.core.errors import ActionError, invalid, refusals_ending
 from oar.core.models import Session
 from oar.core.timeutil import utcnow
 from oar.providers import billing
@@ -83,7 +83,6 @@ def choose(
     requested: Requested,
     *,
     relay_name: str,
-    nothing: str,
     like: Session | None = None,
     cap_checked_at: datetime | None = None,
     picked: ProviderPick | None = None,
@@ -94,10 +93,11 @@ def choose(
     its provider offers it, else the provider's defaults. With `cap_checked_at`, a provider over
     its monthly cap at that time refuses the choice (an agent's prompt, docs/sessions.md#send); without it,
     caps are not looked at (update_session, the owner). `picked` is a `pick_provider` already
-    made by a caller that checks something of the provider before its model.
+    made by a caller that checks something of the provider before its model. A refusal leaves
+    out what was not done: the dispatcher adds the action's sentence, the owner API its own.
     """
     if picked is None:
-        picked = pick_provider(session, requested, relay_name=relay_name, nothing=nothing, like=like,
+        picked = pick_provider(session, requested, relay_name=relay_name, like=like,
                                cap_checked_at=cap_checked_at)
     provider = picked.provider
     model_note = None
@@ -106,7 +106,7 @@ def choose(
         # After a switch the session's model must be one the new provider lists, too.
         to_check = requested.model or (session.model if picked.switched else None)
         if to_check:
-            checked = check_model(to_check, provider, relay_name=relay_name, nothing=nothing)
+            checked = check_model(to_check, provider, relay_name=relay_name)
             model, model_note = checked.model, checked.note
         elif picked.switched:
             model = provider.default_model
@@ -114,7 +114,7 @@ def choose(
     else:
         if requested.model:
             checked = check_model(
-                requested.model, provider, relay_name=relay_name, nothing=nothing, others=picked.configured
+                requested.model, provider, relay_name=relay_name, others=picked.configured
             )
             model, model_note = checked.model, checked.note
         elif like is not None and like.model in provider.models:
@@ -123,7 +123,7 @@ def choose(
             model = provider.default_model
         effort = like.effort if like is not None and like.effort in provider.efforts else None
     if requested.effort:
-        effort = check_effort(requested.effort, provider, relay_name, nothing)
+        effort = check_effort(requested.effort, provider, relay_name)
     return Choice(
         provider=provider,
         model=model,
@@ -138,7 +138,6 @@ def pick_provider(
     requested: Requested,
     *,
     relay_name: str,
-    nothing: str,
     like: Session | None = None,
     cap_checked_at: datetime | None = None,
 ) -> ProviderPick:
@@ -148,16 +147,17 @@ def pick_provider(
     if session is not None:
         current = providers.get(session.provider)
         if current is None:
-            raise provider_unavailable(session.provider, relay_name, nothing)
+            raise provider_unavailable(session.provider, relay_name)
         if requested.provider and requested.provider != session.provider:
             # A switch to a capped provider is always refused: the cap is part of the switch.
             now = cap_checked_at or utcnow()
             return ProviderPick(
-                billing.switch_target(current, requested.provider, relay_name, nothing, now), switched=True
+                billing.switch_target(current, requested.provider, relay_name, now), switched=True
             )
         if cap_checked_at is not None:
             # A capped session's send queues nothing, and says so in those words (docs/sessions.md#send).
-            billing.check_not_capped(current, relay_name, cap_checked_at, billing.NOTHING_QUEUED)
+            with refusals_ending(billing.NOTHING_QUEUED):
+                billing.check_not_capped(current, relay_name, cap_checked_at)
         return ProviderPick(current)
     configured = tuple(providers.configured())
     if requested.provider:
@@ -168,28 +168,28 @@ def pick_provider(
         preferred = providers.get(like.provider) if like is not None else None
         provider = preferred or (configured[0] if configured else None)
     if provider is None:
-        raise provider_unavailable(named, relay_name, nothing)
+        raise provider_unavailable(named, relay_name)
     if cap_checked_at is not None:
-        billing.check_not_capped(provider, relay_name, cap_checked_at, nothing)
+        billing.check_not_capped(provider, relay_name, cap_checked_at)
     return ProviderPick(provider, configured=configured)
 
 
-def check_effort(effort: str, provider: Provider, relay_name: str, nothing: str) -> str:
+def check_effort(effort: str, provider: Provider, relay_name: str) -> str:
     if provider.efforts and effort not in provider.efforts:
         raise invalid(
             f"Unknown effort '{effort[:32]}' for {provider.name} on relay \"{relay_name}\". "
-            f"Efforts: {', '.join(provider.efforts)}. {nothing}"
+            f"Efforts: {', '.join(provider.efforts)}."
         )
     return effort
 
 
-def provider_unavailable(name: str, relay_name: str, nothing: str) -> ActionError:
+def provider_unavailable(name: str, relay_name: str) -> ActionError:
     configured = [p.name for p in providers.configured()]
     close = difflib.get_close_matches(name.lower(), configured, n=3, cutoff=0.6)
     return ActionError(
         "REMOTE_RELAY_PROVIDER_UNAVAILABLE",
         f'Provider "{name[:64]}" is not configured on relay "{relay_name}". '
-        f"Configured: {', '.join(configured) or 'none'}. {nothing}",
+        f"Configured: {', '.join(configured) or 'none'}.",
         providers=configured,
         **({"suggestions": close} if close else {}),
     )

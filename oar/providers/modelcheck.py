@@ -40,10 +40,10 @@ def check_model(
     provider: Provider,
     *,
     relay_name: str,
-    nothing: str,
     others: Sequence[Provider] = (),
 ) -> ModelChoice:
-    """The model to use, or REMOTE_RELAY_UNKNOWN_MODEL with suggestions.
+    """The model to use, or REMOTE_RELAY_UNKNOWN_MODEL with suggestions (without what was not
+    done: the dispatcher adds the action's sentence, the owner API its own).
 
     `others` (other configured providers) lets create_session name the one provider that
     does list the id (`<OTHER>_PROVIDER_REQUIRED`).
@@ -59,16 +59,15 @@ def check_model(
     if not models:
         dotted = VERSION_DASH.sub(".", requested)
         if provider.dotted_model_ids and dotted != requested:
-            raise _unknown(requested, provider, relay_name, nothing, [dotted], models, extra)
+            raise _unknown(requested, provider, relay_name, [dotted], models, extra)
         return ModelChoice(requested, f"{provider.name} has no model list yet; '{requested}' was passed unchecked.")
-    raise _unknown(requested, provider, relay_name, nothing, suggestions_for(requested, models), models, extra)
+    raise _unknown(requested, provider, relay_name, suggestions_for(requested, models), models, extra)
 
 
 def _unknown(
     requested: str,
     provider: Provider,
     relay_name: str,
-    nothing: str,
     suggestions: list[str],
     models: Sequence[str],
     extra: dict[str, object],
@@ -77,7 +76,7 @@ def _unknown(
     valid = f" Valid ids: {', '.join(models)}." if models else ""
     return ActionError(
         "REMOTE_RELAY_UNKNOWN_MODEL",
-        f"Unknown model '{requested[:100]}' for {provider.name} on relay \"{relay_name}\"{guess}{valid} {nothing}".strip(),
+        f"Unknown model '{requested[:100]}' for {provider.name} on relay \"{relay_name}\"{guess}{valid}",
         suggestions=suggestions,
         models=list(models),
         **extra,

@@ -12,10 +12,11 @@ from oar.core.work_folders import RelayPlaces, refusal
 
 
 def check_folder(
-    folder: str, allowed_roots: Sequence[str], nothing: str, *, places: RelayPlaces | None = None,
+    folder: str, allowed_roots: Sequence[str], *, places: RelayPlaces | None = None,
     session_id: str | None = None,
 ) -> str:
-    """The folder's resolved absolute path, or INVALID_INPUT when the relay may not use it.
+    """The folder's resolved absolute path, or INVALID_INPUT when the relay may not use it (the
+    caller adds what was not done: the dispatcher the action's sentence, the owner API its own).
 
     Links in the path are resolved here, and the folder they lead to is checked and stored: a
     link swapped in later is never followed, as every start opens the stored path without
@@ -28,16 +29,16 @@ def check_folder(
     (docs/sessions.md#folders)."""
     if folder.startswith("~"):
         raise invalid(f'Folder "{folder[:300]}" starts with "~"; the relay does not expand it: give an absolute '
-                      f'path. {nothing}'.strip())
+                      'path.')
     path = Path(folder)
     if not path.is_absolute():
-        raise invalid(f'The relay may not use folder "{folder[:300]}". {nothing}'.strip())
+        raise invalid(f'The relay may not use folder "{folder[:300]}".')
     resolved = path.resolve()
     refused = refusal(str(resolved), allowed_roots, places, session_id=session_id)
     if refused is not None and refused.outside:
-        raise invalid(f'The relay may not use folder "{folder[:300]}". {nothing}'.strip())
+        raise invalid(f'The relay may not use folder "{folder[:300]}".')
     if refused is not None:
-        raise invalid(f'The relay may not use folder "{folder[:300]}": it {refused.reason}. {nothing}'.strip())
+        raise invalid(f'The relay may not use folder "{folder[:300]}": it {refused.reason}.')
     if not resolved.is_dir():
-        raise invalid(f'Folder "{folder[:300]}" does not exist on this relay. {nothing}'.strip())
+        raise invalid(f'Folder "{folder[:300]}" does not exist on this relay.')
     return str(resolved)

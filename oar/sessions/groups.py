@@ -103,23 +103,24 @@ def listing(limit: int, visible: Any = None) -> tuple[list[dict[str, Any]], int]
     return groups, total
 
 
-def resolve(reference: str, relay_name: str, nothing: str) -> Group:
-    """The group named by id or (case-insensitive) name, or UNKNOWN_GROUP listing them."""
+def resolve(reference: str, relay_name: str) -> Group:
+    """The group named by id or (case-insensitive) name, or UNKNOWN_GROUP listing them (without
+    what was not done: the dispatcher adds the action's sentence, the owner API its own)."""
     reference = reference.strip()
     if reference.startswith("grp_"):
         group = Group.get_or_none((Group.id == reference) & (Group.dissolved == False))  # noqa: E712
         if group is not None:
             return group
-        raise unknown_group(f'Relay "{relay_name}" has no session group "{reference}".', nothing)
+        raise unknown_group(f'Relay "{relay_name}" has no session group "{reference}".')
     matches = find_by_name(reference)
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise unknown_group(f'Relay "{relay_name}" has no session group "{reference}".', nothing)
+        raise unknown_group(f'Relay "{relay_name}" has no session group "{reference}".')
     listed = ", ".join(f"{display_name(g)} ({g.id})" for g in matches[: defaults.GROUPS_IN_ERROR])
     raise ActionError(
         "REMOTE_RELAY_UNKNOWN_GROUP",
-        f'Several session groups on relay "{relay_name}" are named "{reference}": {listed}. Pass the id. {nothing}',
+        f'Several session groups on relay "{relay_name}" are named "{reference}": {listed}. Pass the id.',
         groups=[{"id": g.id, "name": display_name(g)} for g in matches[: defaults.GROUPS_IN_ERROR]],
         groupsTotal=len(matches),
     )
@@ -131,12 +132,12 @@ def find_by_name(name: str) -> list[Group]:
     return [group for group in candidates if display_name(group).casefold() == wanted]
 
 
-def unknown_group(sentence: str, nothing: str) -> ActionError:
+def unknown_group(sentence: str) -> ActionError:
     groups, total = listing(defaults.GROUPS_IN_ERROR)
     there = ", ".join(f"{g['name']} ({g['id']})" for g in groups) or "none"
     return ActionError(
         "REMOTE_RELAY_UNKNOWN_GROUP",
-        f"{sentence} Groups there: {there}. {nothing}",
+        f"{sentence} Groups there: {there}.",
         groups=groups,
         groupsTotal=total,
     )

@@ -28,8 +28,9 @@ _BY_ID = Prepared(
 )
 
 
-def resolve(reference: str, relay_name: str, nothing: str = "") -> Session:
-    """A non-deleted session by full id or by a unique prefix of at least 8 characters."""
+def resolve(reference: str, relay_name: str) -> Session:
+    """A non-deleted session by full id or by a unique prefix of at least 8 characters; else
+    NOT_FOUND, leaving what was not done to the caller (the dispatcher adds the action's sentence)."""
     reference = (reference or "").strip()
     session = _BY_ID.first(reference)
     if session is None and len(reference) >= defaults.SHORT_ID_CHARS:
@@ -41,7 +42,7 @@ def resolve(reference: str, relay_name: str, nothing: str = "") -> Session:
         if len(matches) == 1:
             session = matches[0]
     if session is None:
-        raise not_found(f'Relay "{relay_name}" has no session "{reference}". {nothing}'.strip())
+        raise not_found(f'Relay "{relay_name}" has no session "{reference}".')
     return session
 
 

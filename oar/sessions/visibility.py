@@ -113,10 +113,10 @@ class View:
         in_tree = Session.id.in_(sorted(self._tree))
         return in_tree | (Session.provider == self.viewer.provider) if self.visibility == "agent" else in_tree
 
-    def check(self, session: Session, nothing: str = "") -> Session:
+    def check(self, session: Session) -> Session:
         """`session` when this view sees it; else refused as outside it (nothing is done)."""
         if not self.sees(session):
-            raise hidden(session.id, self.visibility, nothing)
+            raise hidden(session.id, self.visibility)
         return session
 
 
@@ -128,11 +128,11 @@ WHAT_IT_SEES = {
 }
 
 
-def hidden(session_id: str, visibility: str, nothing: str = "") -> ActionError:
+def hidden(session_id: str, visibility: str) -> ActionError:
     return ActionError(
         "REMOTE_RELAY_FORBIDDEN",
         f'Session {session_id[:8]} is not visible to this conversation: the owner\'s sessions_visibility is '
-        f'"{visibility}" ({WHAT_IT_SEES.get(visibility, visibility)}). {nothing}'.strip(),
+        f'"{visibility}" ({WHAT_IT_SEES.get(visibility, visibility)}).',
     )
 
 

@@ -125,16 +125,17 @@ def _start(message: Message, session_id: str, now: datetime) -> bool:
     return bool(started)
 
 
-def reply(runtime: Runtime, session: Session, message_id: str, text: str, nothing: str) -> Message:
-    """The agent's answer to the prompt it took: the turn ends `done` with it as its reply."""
+def reply(runtime: Runtime, session: Session, message_id: str, text: str) -> Message:
+    """The agent's answer to the prompt it took: the turn ends `done` with it as its reply. A refusal
+    leaves out what was not done: the dispatcher adds the action's sentence."""
     turn = Message.get_or_none((Message.id == message_id) & (Message.session == session.id) & Message.status.is_null(False))
     if turn is None:
-        raise not_found(f'This conversation has no prompt with message_id "{message_id[:64]}". {nothing}')
+        raise not_found(f'This conversation has no prompt with message_id "{message_id[:64]}".')
     if turn.role != REPLY_EXPECTED_ROLE:
-        raise invalid(f"Message {turn.id} is a notice from the relay, not a prompt: it takes no reply. {nothing}")
+        raise invalid(f"Message {turn.id} is a notice from the relay, not a prompt: it takes no reply.")
     if turn.status != TurnStatus.RUNNING:
         said = "not taken yet: take it first" if turn.status == TurnStatus.QUEUED else f"already {turn.status}"
-        raise ActionError("REMOTE_RELAY_INVALID_INPUT", f"Prompt {turn.id} is {said}. {nothing}", status=turn.status)
+        raise ActionError("REMOTE_RELAY_INVALID_INPUT", f"Prompt {turn.id} is {said}.", status=turn.status)
     now = utcnow()
     reply_id = ids.message_id()
     with write_transaction():
@@ -145,7 +146,7 @@ def reply(runtime: Runtime, session: Session, message_id: str, text: str, nothin
             turns.record_turn_events(turn, TurnStatus.DONE, text, None, now)
         outcome_rows.FREE_SESSION.execute(now, 1 if settled else 0, session.id, turn.id)
     if not settled:  # stopped or expired meanwhile
-        raise ActionError("REMOTE_RELAY_INVALID_INPUT", f"Prompt {turn.id} ended before the reply. {nothing}")
+        raise ActionError("REMOTE_RELAY_INVALID_INPUT", f"Prompt {turn.id} ended before the reply.")
     runtime.signal_turn(turn.id)
     _announce(runtime, session.id)  # a prompt queued behind it can be taken now
     jobs.poke_delivery(runtime)

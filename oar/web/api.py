@@ -10,7 +10,7 @@ from oar.actions.dispatch import dispatch, short_read_gate
 from oar.actions.schema import call_schemas
 from oar.background import task_views, tasks
 from oar.core import tracing
-from oar.core.errors import STATUS_BY_CODE, invalid
+from oar.core.errors import STATUS_BY_CODE, invalid, refusals_ending
 from oar.core.fields import Param, check_fields
 from oar.core.ratelimit import refuse_over_limit
 from oar.core.timeutil import utcnow
@@ -77,7 +77,8 @@ def start_task() -> ResponseReturnValue:
 ))
 def stop_task(task_id: str) -> ResponseReturnValue:
     caller = require_agent()
-    task = tasks.find(caller, task_id, runtime().relay_name(), "Nothing was stopped.")
+    with refusals_ending("Nothing was stopped."):
+        task = tasks.find(caller, task_id, runtime().relay_name())
     refuse_over_limit(runtime(), caller.id, is_write=True, nothing="Nothing was stopped.")
     stopping = tasks.request_stop(runtime(), task)
     return jsonify({"ok": True, "taskId": task.id, "stopRequested": stopping, "status": tasks.status_now(task.id)})
