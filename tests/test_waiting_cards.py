@@ -111,7 +111,7 @@ def test_a_call_nobody_waits_on_fails_closed(relay: Relay, ops: Agent) -> None:
     """A call that cannot wait (no turn, and nobody reading the answer) keeps REMOTE_RELAY_NO_ACTIVE_TURN."""
     assert relay.runtime is not None
     before = snapshot(relay)
-    ctx = CallContext(runtime=relay.runtime, caller=Session.get_by_id(ops.session_id), via="schedule")
+    ctx = CallContext(runtime=relay.runtime, caller_session=Session.get_by_id(ops.session_id), via="schedule")
     status, body = dispatch(ctx, {"action": "create_session", "relay": "this", "text": "x"})
     assert status == 403 and body["code"] == "REMOTE_RELAY_NO_ACTIVE_TURN", body
     assert body["error"] == (
@@ -124,14 +124,14 @@ def test_a_call_nobody_waits_on_fails_closed(relay: Relay, ops: Agent) -> None:
 def test_a_caller_gone_never_becomes_a_500(relay: Relay, ops: Agent, desk: Agent) -> None:
     assert relay.runtime is not None
     gone = CallerWatch(gone=lambda: True, every_seconds=0.01)
-    ctx = CallContext(runtime=relay.runtime, caller=Session.get_by_id(ops.session_id), via="mcp")
+    ctx = CallContext(runtime=relay.runtime, caller_session=Session.get_by_id(ops.session_id), via="mcp")
     with watched_by(gone):
         status, body = dispatch(ctx, {"action": "create_session", "relay": "this", "text": "x"})
     assert status == 403 and body["code"] == "REMOTE_RELAY_APPROVAL_DENIED", body
     assert "stopped waiting" in body["error"] and "The card waits for the owner in the Inbox" in body["error"]
     assert [c["stoppedWaiting"] for c in inbox_cards(relay)] == [True]
     # A wait that is not a card's: what the call started goes on, and the answer says so.
-    ctx = CallContext(runtime=relay.runtime, caller=Session.get_by_id(desk.session_id), via="mcp")
+    ctx = CallContext(runtime=relay.runtime, caller_session=Session.get_by_id(desk.session_id), via="mcp")
     target = desk.ok("create_session", relay="this", text="!sleep 5", wait_seconds=0)["session"]
     with watched_by(gone):
         status, body = dispatch(ctx, {"action": "send", "relay": "this", "session": target, "text": "!sleep 1"})

@@ -57,7 +57,7 @@ def log_call(ctx: CallContext, trace: CallTrace, body: dict[str, Any], seconds: 
     """The call's line, and its count and duration for `/metrics` (by action, outcome and way)."""
     outcome = outcome_of(body)
     metrics.call_answered(trace.action, outcome, ctx.via, seconds)
-    calling = ctx.calling
+    calling = ctx.caller
     caller = shown_id(calling.session_id, short=True)
     logs.call_line("call", {
         "relay": _relay_name(ctx),

@@ -69,7 +69,9 @@ class CallContext:
     when known, its running turn."""
 
     runtime: Runtime
-    caller: Session
+    # The calling conversation's row (a stand-in for an agent on another relay); `caller` below
+    # is who calls, as every action sees it (docs/architecture.md#names).
+    caller_session: Session
     turn: Message | None = None
     via: str = "http"
     now: datetime = field(default_factory=utcnow)
@@ -83,15 +85,15 @@ class CallContext:
     max_wait_reason: str = ""
     _settings: dict[str, Any] | None = None
     _view: visibility.View | None = None
-    # An agent on another relay calling through the peer API (`caller` is then its stand-in here).
+    # An agent on another relay calling through the peer API (`caller_session` is then its stand-in here).
     remote: Caller | None = None
     # The W3C trace context the call came with (an MCP request's `_meta`, a call's headers), which
     # its span continues (oar.core.tracing); None: none, or traces are off.
     trace_carrier: dict[str, str] | None = None
-    calling: Caller = field(init=False)
+    caller: Caller = field(init=False)
 
     def __post_init__(self) -> None:
-        self.calling = self.remote or Caller.local(self.caller, self.turn)
+        self.caller = self.remote or Caller.local(self.caller_session, self.turn)
 
     def with_approval(self, approval: tuple[str, ...]) -> CallContext:
         """This call as an action's handler gets it: a copy holding the approval reasons the action
@@ -117,7 +119,7 @@ class CallContext:
     def settings(self) -> dict[str, Any]:
         if self._settings is None:
             # A caller found by its token came with the settings' version (`sessions.session_by_token`).
-            self._settings = self.runtime.settings(getattr(self.caller, "settings_version", settings.UNREAD))
+            self._settings = self.runtime.settings(getattr(self.caller_session, "settings_version", settings.UNREAD))
         return self._settings
 
     @property
@@ -128,7 +130,7 @@ class CallContext:
     def view(self) -> visibility.View:
         """The sessions this conversation sees and reaches (docs/rules.md#visibility)."""
         if self._view is None:
-            self._view = visibility.View(self.caller, self.settings["sessions_visibility"])
+            self._view = visibility.View(self.caller_session, self.settings["sessions_visibility"])
         return self._view
 
     def session(self, reference: str) -> Session:
@@ -144,12 +146,12 @@ class CallContext:
 
     def hops(self) -> int:
         """Relay crossings behind the caller's current turn (0 for the owner's prompts)."""
-        return self.calling.hops()
+        return self.caller.hops()
 
     def prompt_text(self, text: str) -> str:
         """A prompt as it is queued: from another relay's agent, under the line that says so
         (docs/relays.md#hops)."""
-        calling = self.calling
+        calling = self.caller
         if calling.is_local:
             return text
         parts = [f'relay "{calling.relay}"', f'session "{calling.session_title}"']
@@ -160,7 +162,7 @@ class CallContext:
 
     def provenance(self) -> Provenance:
         """Provenance of a prompt this caller sends to another session on this relay."""
-        calling = self.calling
+        calling = self.caller
         return Provenance(
             kind="agent",
             relay=calling.relay,

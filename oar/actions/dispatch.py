@@ -54,10 +54,10 @@ def call_span(ctx: CallContext) -> tuple[str, str, dict[str, Any], dict[str, str
     server's `tools/call relay_tool`, a model's call in a turn `execute_tool relay_tool`."""
     attributes = {
         "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "relay_tool",
-        "gen_ai.conversation.id": ctx.calling.session_id, "oar.via": ctx.via,
+        "gen_ai.conversation.id": ctx.caller.session_id, "oar.via": ctx.via,
     }
-    if ctx.calling.relay:
-        attributes["oar.caller.relay"] = ctx.calling.relay
+    if ctx.caller.relay:
+        attributes["oar.caller.relay"] = ctx.caller.relay
     if ctx.via == "provider":
         return "execute_tool relay_tool", "internal", attributes, ctx.trace_carrier
     if ctx.via == "mcp":
@@ -109,7 +109,7 @@ def check_only(ctx: CallContext, action: str, args: dict[str, Any], *, counted: 
     checked, _ignored = check_arguments(spec, {"action": action, "relay": "this", **args})
     target = resolve_target(ctx, spec, checked)
     run_checks(
-        Call(ctx=ctx, caller=ctx.calling, target=target, spec=spec, args=checked),
+        Call(ctx=ctx, caller=ctx.caller, target=target, spec=spec, args=checked),
         skip=() if counted else ("rate limit",),
     )
 
@@ -155,9 +155,9 @@ def _run(ctx: CallContext, payload: Any, trace: CallTrace) -> dict[str, Any]:
     else:
         target = resolve_target(ctx, spec, args)
         trace.resolved(target.name, args)
-        call = Call(ctx=ctx, caller=ctx.calling, target=target, spec=spec, args=args)
+        call = Call(ctx=ctx, caller=ctx.caller, target=target, spec=spec, args=args)
         run_checks(call)
-        holding = wait_slot(ctx.runtime, ctx.caller.id, call.nothing) if may_wait(call) else contextlib.nullcontext()
+        holding = wait_slot(ctx.runtime, ctx.caller_session.id, call.nothing) if may_wait(call) else contextlib.nullcontext()
         # The action's refusals end with its sentence ("Nothing was sent."), added here once.
         with holding, refusals_ending(spec.nothing):
             result = target.run(ctx, spec, args)

@@ -36,10 +36,10 @@ NOT_OUTSIDE = (
 )
 def take(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Take what waits for this conversation (prompts, events, schedule firings, answers), waiting until something arrives."""
-    if not outside.recognise(ctx.caller):
-        raise ActionError("REMOTE_RELAY_INVALID_INPUT", NOT_OUTSIDE.format(provider=ctx.caller.provider))
+    if not outside.recognise(ctx.caller_session):
+        raise ActionError("REMOTE_RELAY_INVALID_INPUT", NOT_OUTSIDE.format(provider=ctx.caller_session.provider))
     seconds, cap_note = wait_seconds(ctx, args)
-    taken = outside.take(ctx.runtime, ctx.caller.id, seconds, int(args.get("max_items") or 20))
+    taken = outside.take(ctx.runtime, ctx.caller_session.id, seconds, int(args.get("max_items") or 20))
     entry: dict[str, Any] = {"items": [_item(message) for message in taken.items]}
     notes = []
     if taken.awaiting is not None:
@@ -64,9 +64,9 @@ def take(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
 )
 def reply(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Answer a prompt this conversation took: the reply goes to whoever sent it."""
-    if not outside.is_outside(ctx.caller):
-        raise ActionError("REMOTE_RELAY_INVALID_INPUT", NOT_OUTSIDE.format(provider=ctx.caller.provider))
-    turn = outside.reply(ctx.runtime, ctx.caller, args["message_id"], args["text"])
+    if not outside.is_outside(ctx.caller_session):
+        raise ActionError("REMOTE_RELAY_INVALID_INPUT", NOT_OUTSIDE.format(provider=ctx.caller_session.provider))
+    turn = outside.reply(ctx.runtime, ctx.caller_session, args["message_id"], args["text"])
     entry = turns.result(ctx.runtime, turn)
     entry["summary"] = f"reply → message {turn.id}: {turns.summary_status(entry)}"
     return entry

@@ -56,20 +56,20 @@ class PeerTarget:
                 f'Call {spec.name} with relay "this". {nothing}',
             )
         if spec.name == "create_session":  # one level: the calling conversation's own rule, checked here
-            rules.check_may_create(ctx.caller)
+            rules.check_may_create(ctx.caller_session)
             if args.get("group") and peers.lacks(self.peer, "groups"):
                 raise ActionError(
                     "REMOTE_RELAY_UNSUPPORTED",
                     f"The target relay doesn't support groups on create_session yet: relay \"{self.name}\" "
                     f"(version {self.peer.version or 'unknown'}) cannot list session groups. {nothing}",
                 )
-        if spec.name == "subscribe" and subscriptions.subscriptions_of(ctx.caller.id) >= MAX_SUBSCRIPTIONS:
+        if spec.name == "subscribe" and subscriptions.subscriptions_of(ctx.caller_session.id) >= MAX_SUBSCRIPTIONS:
             raise subscriptions.limit_reached()  # counting those here and on every paired relay
         budget = wait_budget(ctx)
-        caller = ctx.calling
+        caller = ctx.caller
         origin = Origin(
             relay=ctx.relay_name, session=caller.session_id, session_title=caller.session_title, model=caller.model,
-            mode=ctx.caller.mode, hops=caller.hops() + self.crossings, wait_seconds=budget,
+            mode=ctx.caller_session.mode, hops=caller.hops() + self.crossings, wait_seconds=budget,
         )
         payload = {"action": spec.name, **args, "relay": "this"}
         try:
@@ -81,11 +81,11 @@ class PeerTarget:
         if answer.get("ok") is not True:
             raise refusal(answer)
         if spec.name == "ask":  # kept there; this relay checks there for its answer
-            peer_asks.record(ctx.runtime, self.peer, ctx.caller, answer, args, origin.hops)
+            peer_asks.record(ctx.runtime, self.peer, ctx.caller_session, answer, args, origin.hops)
         elif spec.name == "subscribe":  # kept there; this relay fetches its events
-            peer_events.record_subscription(self.peer, ctx.caller, answer)
+            peer_events.record_subscription(self.peer, ctx.caller_session, answer)
         elif spec.name == "unsubscribe":
-            peer_events.end_subscriptions(self.peer, ctx.caller, str(args.get("subscription_id") or ""))
+            peer_events.end_subscriptions(self.peer, ctx.caller_session, str(args.get("subscription_id") or ""))
         result = {key: value for key, value in answer.items() if key not in ("ok", "relay")}
         if spec.name == "relay_info" and peers.lacks(self.peer, "groups"):
             result["groups"] = None

@@ -55,10 +55,10 @@ def waited_result(ctx: CallContext, message: Message, args: dict[str, Any]) -> d
     if seconds > 0:
         # Own-prompt suppression (docs/events.md#own-prompts): while the sender waits, a turn_end is held;
         # once it got the finished reply here, that turn_end is not delivered.
-        noted = own_prompts.waiting_for_reply(message, ctx.caller.id, ctx.now + timedelta(seconds=seconds))
+        noted = own_prompts.waiting_for_reply(message, ctx.caller_session.id, ctx.now + timedelta(seconds=seconds))
         message = turns.wait_for(ctx.runtime, message.id, seconds)
         if noted:  # without a note, nothing of this turn was held for the caller
-            own_prompts.wait_ended(ctx.runtime, message, ctx.caller.id, utcnow())
+            own_prompts.wait_ended(ctx.runtime, message, ctx.caller_session.id, utcnow())
     else:
         message = Message.get(Message.id == message.id)
     entry = turns.result(ctx.runtime, message)
@@ -103,8 +103,8 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     if target.archived:
         raise not_found(f"Session {target.id[:8]} is archived.")
     busy = session_state.is_busy(target)
-    if target.created_by_session == ctx.caller.id and not busy:
-        rules.check_active_limit(ctx.caller)
+    if target.created_by_session == ctx.caller_session.id and not busy:
+        rules.check_active_limit(ctx.caller_session)
     chosen = choose(target, Requested.of(args), relay_name=ctx.relay_name, cap_checked_at=ctx.now)
     provider, model, effort = chosen.provider, chosen.model, chosen.effort
     if busy and args.get("if_busy") == "fail":
@@ -116,7 +116,7 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
             f"Session {target.id[:8]} is busy with another turn (if_busy: fail).",
             progress=turns.progress(active),
         )
-    mode = args.get("mode") or ctx.caller.mode
+    mode = args.get("mode") or ctx.caller_session.mode
     cards.approve(ctx, cards.Request(
         action="send", nothing=nothing, target=target, mode=mode, provider=provider.name, model=model,
         folder=target.cwd or target.repo, excerpt=args["text"], counted=True,
@@ -131,7 +131,7 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         )
         if unlocks is not None:
             peers.note_remote_prompt(target, unlocks)
-        loop.count_prompt(ctx.caller)
+        loop.count_prompt(ctx.caller_session)
     turns.start_turns(ctx.runtime, target.id)
     entry = waited_result(ctx, message, args)
     entry.update(chosen.reported())
@@ -163,7 +163,7 @@ def send(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
 def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Start a session with a first prompt and wait for the reply."""
     nothing = "Nothing was created."
-    caller = ctx.caller
+    caller = ctx.caller_session
     rules.check_may_create(caller)
     rules.check_active_limit(caller)
     requested = Requested.of(args)
@@ -228,7 +228,7 @@ def create_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
 def _relay_to_unlock(ctx: CallContext, session_id: str | None) -> Peer | None:
     """The paired relay a prompt from another relay's agent unlocks in the session it arrives in:
     asked before the prompt's transaction, since it asks that relay (docs/relays.md#provenance)."""
-    calling = ctx.calling
+    calling = ctx.caller
     if calling.relay is None or calling.pairing is None:
         return None
     return provenance.relay_to_unlock(ctx.runtime, calling.pairing, calling.relay, session_id)
@@ -252,9 +252,9 @@ def _workspace(
     places = RelayPlaces.of(ctx.runtime.config)
     if args.get("cwd"):
         return check_folder(args["cwd"], roots, places=places), None, None
-    if ctx.caller.cwd:
+    if ctx.caller_session.cwd:
         try:
-            return check_folder(ctx.caller.cwd, roots, places=places), None, None
+            return check_folder(ctx.caller_session.cwd, roots, places=places), None, None
         except ActionError:
             pass  # the caller's folder is not one the new session may use: it gets its own
     ensure_own_folder(places, session_id)

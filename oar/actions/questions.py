@@ -42,7 +42,7 @@ def answer_question(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         raise ActionError(
             "REMOTE_RELAY_FORBIDDEN", f"Question {question.id} was asked of the user; only the owner answers it."
         )
-    if question.session_id == ctx.caller.id:
+    if question.session_id == ctx.caller_session.id:
         raise ActionError("REMOTE_RELAY_FORBIDDEN", "An agent cannot answer its own questions.")
     answer, choices = questions.checked_answer(question, args.get("answer"), args.get("choices"))
     cards.approve(ctx, cards.Request(
@@ -85,17 +85,17 @@ def ask(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     options = args.get("options") or []
     if len(options) > 10 or not all(isinstance(o, str) and o.strip() and len(o) <= 200 for o in options):
         raise invalid("ask: options must be a list of up to 10 texts of 1 to 200 characters.")
-    target = ctx.caller
-    if args.get("session") and not sessions.is_same(args["session"], ctx.caller):
+    target = ctx.caller_session
+    if args.get("session") and not sessions.is_same(args["session"], ctx.caller_session):
         target = ctx.session(args["session"])
         if target.archived:
             raise invalid(f"Session {target.id[:8]} is archived.")
-    questions.check_ask_limits(ctx.caller.id, target.id)
-    if target.id != ctx.caller.id:  # a write only about another session (docs/calling.md#levels-and-write-actions)
+    questions.check_ask_limits(ctx.caller_session.id, target.id)
+    if target.id != ctx.caller_session.id:  # a write only about another session (docs/calling.md#levels-and-write-actions)
         cards.approve(ctx, cards.Request(action="ask", nothing=nothing, target=target, excerpt=args["question"]))
     with write_transaction():
         question = questions.create_ask(
-            ctx.caller, target, args["question"].strip(), [o.strip() for o in options],
+            ctx.caller_session, target, args["question"].strip(), [o.strip() for o in options],
             args.get("recommendation"), args.get("detail"), ctx.hops(),
         )
     jobs.poke_notifications(ctx.runtime)  # the owner hears of it (docs/notifications.md)
@@ -115,7 +115,7 @@ def ask(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
 def list_questions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """This conversation's asks: pending, and those answered, dismissed, withdrawn or ended within a day."""
     about = ctx.session(args["session"]).id if args.get("session") else None
-    rows = [questions.listed(q) for q in questions.asks_of(ctx.caller.id, about, ctx.now)]
+    rows = [questions.listed(q) for q in questions.asks_of(ctx.caller_session.id, about, ctx.now)]
     pending = sum(1 for q in rows if q["status"] == QuestionStatus.PENDING)
     return {
         "summary": f"list_questions → {ctx.relay_name}: {plural(len(rows), 'question')}, {pending} pending",
@@ -134,7 +134,7 @@ def withdraw(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Withdraw a pending ask this conversation made."""
     nothing = "Nothing was withdrawn."
     question = questions.find(args["question_id"], ctx.relay_name)
-    if question.kind != "ask" or question.asker_session_id != ctx.caller.id:
+    if question.kind != "ask" or question.asker_session_id != ctx.caller_session.id:
         raise ActionError("REMOTE_RELAY_FORBIDDEN", f"Only the conversation that asked {question.id} can withdraw it.")
     if question.status == QuestionStatus.PENDING:
         cards.approve(ctx, cards.Request(action="withdraw", nothing=nothing, lines=(f"Question: {question.question[:200]}",)))

@@ -55,9 +55,9 @@ def list_relays(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
 def paired_relays(ctx: CallContext) -> list[dict[str, Any]]:
     """The relays this one is paired with, as this conversation sees them (only this relay's own
     conversations act on them). Each is asked whether it answers, briefly."""
-    if not ctx.calling.is_local:
+    if not ctx.caller.is_local:
         return []
-    unlocks = peers.unlocks_of(ctx.caller.id)
+    unlocks = peers.unlocks_of(ctx.caller_session.id)
     listed = []
     for peer in Peer.select().order_by(Peer.created_at):
         link = peers.link_to(ctx.runtime, peer)
@@ -115,7 +115,7 @@ def relay_info(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
         ],
         "defaultCwd": str(default_cwd(ctx.runtime.config).resolve()),
         "recentCwds": recent_cwds,
-        "mode": ctx.caller.mode,
+        "mode": ctx.caller_session.mode,
         "groups": listed_groups,
     }
     if total > len(listed_groups):

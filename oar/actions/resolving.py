@@ -27,11 +27,11 @@ def resolve_target(ctx: CallContext, spec: ActionSpec, args: dict[str, Any]) -> 
         return ThisRelay.of(ctx)
     # Other relays' agents act on this relay only: a paired relay of this one is not theirs to name,
     # nor to learn of from a refusal (list_relays shows them this relay alone).
-    found = peers.matching(wanted) if ctx.calling.is_local else []
+    found = peers.matching(wanted) if ctx.caller.is_local else []
     if len(found) == 1:
         return PeerTarget(found[0])
     everyone: list[dict[str, Any]] = [{"name": ctx.relay_name, "self": True}]
-    if ctx.calling.is_local:
+    if ctx.caller.is_local:
         everyone += [{"name": peer.name} for peer in Peer.select().order_by(Peer.created_at)]
     if found:
         names = ", ".join(f'"{peer.name}"' for peer in found)

@@ -50,7 +50,7 @@ UNSCHEDULED_NOTHING = "Nothing was unscheduled."
 )
 def schedule(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Queue a prompt into this conversation or another session later, once or repeatedly."""
-    caller = ctx.caller
+    caller = ctx.caller_session
     at, every_minutes, cron, tz = _timing_arguments(ctx, args)
     target = caller
     if args.get("session"):
@@ -171,8 +171,8 @@ def _cadence(row: Schedule) -> str:
 @action("list_schedules", params={"relay": RELAY}, level="read", relay_optional=True)
 def list_schedules(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Schedules firing into this conversation or set by it, and those ended within the hour."""
-    rows = schedules.listed_for(ctx.caller.id, ctx.now, ctx.runtime.time("SCHEDULE_ENDED_LISTED_SECONDS"))
-    listed = [schedules.view(row, ctx.caller.id) for row in rows]
+    rows = schedules.listed_for(ctx.caller_session.id, ctx.now, ctx.runtime.time("SCHEDULE_ENDED_LISTED_SECONDS"))
+    listed = [schedules.view(row, ctx.caller_session.id) for row in rows]
     active = sum(1 for entry in listed if entry["active"])
     return {
         "summary": f"list_schedules → {ctx.relay_name}: {active} active, {len(listed) - active} ended within the hour",
@@ -191,7 +191,7 @@ def unschedule(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """End a schedule firing into this conversation or set by it."""
     schedule_id = args["schedule_id"].strip()
     row = Schedule.get_or_none(
-        (Schedule.id == schedule_id) & ((Schedule.target == ctx.caller.id) | (Schedule.set_by == ctx.caller.id))
+        (Schedule.id == schedule_id) & ((Schedule.target == ctx.caller_session.id) | (Schedule.set_by == ctx.caller_session.id))
     )
     if row is None:
         raise not_found(
@@ -203,7 +203,7 @@ def unschedule(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {
         "summary": f"unschedule → {ctx.relay_name}: {row.id} " + ("ended" if ended else f"had ended ({row.end_reason})"),
         "schedule_id": row.id,
-        "schedule": schedules.view(row, ctx.caller.id),
+        "schedule": schedules.view(row, ctx.caller_session.id),
     }
     if not ended:
         result["note"] = f"The schedule had already ended ({row.end_reason}); nothing changed."

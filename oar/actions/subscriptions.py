@@ -69,7 +69,7 @@ QUIET_HOURS_FIELDS = {
 )
 def subscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Watch sessions: their events arrive in this conversation as relay event messages."""
-    caller = ctx.caller
+    caller = ctx.caller_session
     scope, named = _sessions(ctx, args["sessions"])
     exclude = _exclude(ctx, args.get("exclude"), scope)
     events = _events(args.get("events"))
@@ -167,10 +167,10 @@ def _sessions(ctx: CallContext, given: list[Any]) -> tuple[str, list[Session]]:
         raise invalid(f"sessions names {len(given)} sessions; the limit is {MAX_SESSIONS_NAMED}.")
     named: dict[str, Session] = {}
     for reference in given:
-        if sessions.is_same(reference, ctx.caller):
+        if sessions.is_same(reference, ctx.caller_session):
             raise ActionError(
                 "REMOTE_RELAY_OWN_SESSION",
-                f"A conversation's own session is never watched; leave {ctx.caller.id[:8]} out.",
+                f"A conversation's own session is never watched; leave {ctx.caller_session.id[:8]} out.",
             )
         session = ctx.session(reference)
         if session.archived:
@@ -209,11 +209,11 @@ def _events(given: list[Any] | None) -> list[str]:
 def unsubscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """End one of this conversation's subscriptions, or all of them."""
     wanted = args["subscription_id"].strip()
-    active = subscription_rules.active_of(ctx.caller.id)
+    active = subscription_rules.active_of(ctx.caller_session.id)
     if wanted.lower() == "all":
         rows = list(active)
     else:
-        row = Subscription.get_or_none((Subscription.id == wanted) & (Subscription.watcher == ctx.caller.id))
+        row = Subscription.get_or_none((Subscription.id == wanted) & (Subscription.watcher == ctx.caller_session.id))
         if row is None:
             raise not_found(f'This conversation has no subscription "{wanted[:64]}".')
         rows = [row]
@@ -245,7 +245,7 @@ def unsubscribe(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
 )
 def list_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """This conversation's subscriptions (or another's with watcher), and those ended within the hour."""
-    watcher = ctx.caller
+    watcher = ctx.caller_session
     if args.get("watcher"):
         watcher = ctx.session(args["watcher"])
     rows = views.listed_for(watcher.id, ctx.now, ctx.runtime.time("SUBSCRIPTION_ENDED_LISTED_SECONDS"))
@@ -269,14 +269,14 @@ def list_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]
 def transfer_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     """Move every subscription of another conversation to this one (always an approval card)."""
     source = ctx.session(args["from"])
-    if source.id == ctx.caller.id:
+    if source.id == ctx.caller_session.id:
         raise ActionError(
             "REMOTE_RELAY_OWN_SESSION", "These subscriptions are already this conversation's."
         )
     moving = list(subscription_rules.active_of(source.id).order_by(Subscription.created_at))
     if not moving:
         raise invalid(f"Session {source.id[:8]} has no active subscriptions.")
-    kept = subscription_rules.active_of(ctx.caller.id).count()
+    kept = subscription_rules.active_of(ctx.caller_session.id).count()
     if kept + len(moving) > subscription_rules.MAX_SUBSCRIPTIONS:
         raise limit_reached()
     cards.approve(ctx, cards.Request(  # always a card (docs/rules.md#approval-cards)
@@ -286,7 +286,7 @@ def transfer_subscriptions(ctx: CallContext, args: dict[str, Any]) -> dict[str, 
     moved = []
     with write_transaction():
         for row in moving:
-            copy = lifetime.transfer(row, ctx.caller, ctx.now)
+            copy = lifetime.transfer(row, ctx.caller_session, ctx.now)
             if copy is not None:
                 moved.append(copy)
     return {

@@ -60,7 +60,7 @@ class Asker(Protocol):
     @property
     def runtime(self) -> Runtime: ...
     @property
-    def caller(self) -> Session: ...
+    def caller_session(self) -> Session: ...
     @property
     def turn(self) -> Message | None: ...
     @property
@@ -117,7 +117,7 @@ def _applies(reason: str, caller: Session, request: Request, approved: set[str])
 
 def approve(ctx: Asker, request: Request) -> None:
     """Return when the call may go on: at once when it needs no card, else on the owner's Allow."""
-    caller = Session.get_by_id(ctx.caller.id)  # the loop count may have moved since the call began
+    caller = Session.get_by_id(ctx.caller_session.id)  # the loop count may have moved since the call began
     reasons = reasons_for(caller, request, ctx.approval, approved(caller.id, "this"))
     if not reasons:
         return
@@ -133,7 +133,7 @@ def approve(ctx: Asker, request: Request) -> None:
     # An HTTP or MCP call made while its conversation's turn runs shows its card in that turn, and
     # keeps it if the turn ends first: the call itself still waits for the answer.
     waits_itself = ctx.turn is None and ctx.can_wait
-    with wait_slot(ctx.runtime, ctx.caller.id, request.nothing) if ctx.can_wait else contextlib.nullcontext():
+    with wait_slot(ctx.runtime, ctx.caller_session.id, request.nothing) if ctx.can_wait else contextlib.nullcontext():
         card = _create(ctx, caller, turn, request, reasons, waits_itself=waits_itself)
         watch = current_watch()
         if watch is not None:
@@ -159,7 +159,7 @@ def live_turn(ctx: Asker) -> Message | None:
         return ctx.turn
     return (
         Message.select()
-        .where((Message.session == ctx.caller.id) & Message.status.in_(LIVE_TURN))
+        .where((Message.session == ctx.caller_session.id) & Message.status.in_(LIVE_TURN))
         .order_by(Message.seq)
         .first()
     )

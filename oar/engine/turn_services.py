@@ -123,7 +123,7 @@ def call_relay_tool_as(runtime: Runtime, session_id: str, turn_id: str, payload:
     """`relay_tool` called by the session's own agent during this turn."""
     caller = Session.get_by_id(session_id)
     turn = Message.get(Message.id == turn_id)
-    _status, body = dispatch(CallContext(runtime=runtime, caller=caller, turn=turn, via="provider"), payload)
+    _status, body = dispatch(CallContext(runtime=runtime, caller_session=caller, turn=turn, via="provider"), payload)
     release_connection()
     return body
 
@@ -132,7 +132,7 @@ def call_openclaw_as(runtime: Runtime, session_id: str, turn_id: str, tool: str,
     """One of OpenClaw's session tools called by the session's own agent during this turn (echo's `!openclaw`)."""
     caller = Session.get_by_id(session_id)
     turn = Message.get(Message.id == turn_id)
-    _status, body = openclaw_tools.call(CallContext(runtime=runtime, caller=caller, turn=turn, via="provider"), tool, arguments)
+    _status, body = openclaw_tools.call(CallContext(runtime=runtime, caller_session=caller, turn=turn, via="provider"), tool, arguments)
     release_connection()
     return body
 

@@ -113,7 +113,7 @@ def sessions_list(ctx: CallContext, raw: dict[str, Any], _run_id: str) -> dict[s
     if kinds is not None and not all(isinstance(kind, str) and kind in keys.KINDS for kind in kinds):
         raise invalid(f"sessions_list: kinds must be a list of {', '.join(keys.KINDS)}.")
     check_only(ctx, "list_sessions", {})
-    caller = ctx.caller
+    caller = ctx.caller_session
     limit = args.get("limit", defaults.OPENCLAW_LIST_DEFAULT)
     query = Session.select().where(Session.live(archived=False))
     visible = access.view_of(caller, ctx.settings).where()
@@ -163,11 +163,11 @@ def _aborted_last_run(session_ids: list[str]) -> set[str]:
 def sessions_history(ctx: CallContext, raw: dict[str, Any], _run_id: str) -> dict[str, Any]:
     args = _checked("sessions_history", raw)
     _sessions_on(ctx)
-    target = keys.resolve(args["sessionKey"], ctx.caller, ctx.relay_name)
-    access.check_visible(ctx.caller, target, ctx.settings, "history")
+    target = keys.resolve(args["sessionKey"], ctx.caller_session, ctx.relay_name)
+    access.check_visible(ctx.caller_session, target, ctx.settings, "history")
     limit = args.get("limit", defaults.OPENCLAW_HISTORY_DEFAULT)
     records = _records(ctx, target, limit, include_tools=bool(args.get("includeTools")), dispatched=True)
-    return {"sessionKey": keys.keyed(target, ctx.caller).key, "sessionId": target.id, "messages": records}
+    return {"sessionKey": keys.keyed(target, ctx.caller_session).key, "sessionId": target.id, "messages": records}
 
 
 def _records(ctx: CallContext, session: Session, limit: int, *, include_tools: bool, dispatched: bool) -> list[dict[str, Any]]:
@@ -228,7 +228,7 @@ def sessions_send(ctx: CallContext, raw: dict[str, Any], run_id: str) -> dict[st
     args = _checked("sessions_send", raw)
     if not args.get("sessionKey") and not args.get("label"):
         raise invalid("Either sessionKey or label is required")
-    caller = ctx.caller
+    caller = ctx.caller_session
     _sessions_on(ctx)
     if args.get("sessionKey"):
         target = keys.resolve(args["sessionKey"], caller, ctx.relay_name)
@@ -285,7 +285,7 @@ def _ping_pong_turns(ctx: CallContext, target: keys.Keyed) -> int:
 
 def sessions_spawn(ctx: CallContext, raw: dict[str, Any], run_id: str) -> dict[str, Any]:
     args = _checked("sessions_spawn", raw)
-    caller = ctx.caller
+    caller = ctx.caller_session
     _sessions_on(ctx)
     agent_id = (args.get("agentId") or caller.provider).strip()
     allowed = ctx.settings["spawn_allow_agents"]

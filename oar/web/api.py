@@ -37,7 +37,7 @@ def relay_tool() -> ResponseReturnValue:
     with short_read_gate(payload):
         caller = require_agent()
         with watched_by(connection_watch(request.environ)):
-            ctx = CallContext(runtime=runtime(), caller=caller, via="http", trace_carrier=tracing.read_carrier(request.headers))
+            ctx = CallContext(runtime=runtime(), caller_session=caller, via="http", trace_carrier=tracing.read_carrier(request.headers))
             status, body = dispatch(ctx, payload)
     return jsonify(body), status
 

@@ -37,7 +37,7 @@ def mcp_context(rt: Runtime, caller: Session, *, capped: bool, carrier: dict[str
     """The call as the calling session; without a progress token its waits stop before the
     client's own timeout would cut the call (the reply is kept: `wait` picks it up). `carrier`:
     the trace context the request came with."""
-    ctx = CallContext(runtime=rt, caller=caller, via="mcp", trace_carrier=carrier)
+    ctx = CallContext(runtime=rt, caller_session=caller, via="mcp", trace_carrier=carrier)
     if capped:
         seconds = int(rt.time("MCP_MAX_WAIT_SECONDS"))
         ctx.cap_waits(seconds, (

@@ -28,8 +28,8 @@ blueprint = Blueprint("mcp_team", __name__)
 def run_team_tool(ctx: CallContext, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     token = bearer_token() or ""  # require_agent has accepted it before any call runs
     named = request.headers.get(RUN_HEADER, "").strip() or None
-    scope = access.scope_of(ctx.caller.id, shared=bool(ctx.settings["team_runs_shared"]))
-    call = TeamCall(runtime=ctx.runtime, session_id=ctx.caller.id, token_hash=ids.hash_token(token),
+    scope = access.scope_of(ctx.caller_session.id, shared=bool(ctx.settings["team_runs_shared"]))
+    call = TeamCall(runtime=ctx.runtime, session_id=ctx.caller_session.id, token_hash=ids.hash_token(token),
                     named_run=named, now=ctx.now, scope=scope)
     return tools.call(call, name, arguments)
 

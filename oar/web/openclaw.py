@@ -65,7 +65,7 @@ def _tool_view(name: str) -> Callable[[], ResponseReturnValue]:
         if not isinstance(payload, dict):
             payload = {} if payload is None and not request.get_data() else payload
         with watched_by(connection_watch(request.environ)):
-            status, body = openclaw_tools.call(CallContext(runtime=runtime(), caller=caller, via="http"), name, payload)
+            status, body = openclaw_tools.call(CallContext(runtime=runtime(), caller_session=caller, via="http"), name, payload)
         return jsonify(body), status
 
     view.__name__ = name

@@ -92,7 +92,7 @@ def call() -> ResponseReturnValue:
         remote_hops=provenance.arriving_hops(origin.hops), pairing=token,
     )
     # The calling relay's trace goes on here (its client sends `traceparent`; docs/operations.md#tracing).
-    ctx = CallContext(runtime=runtime(), caller=stand_in, via="peer", remote=remote,
+    ctx = CallContext(runtime=runtime(), caller_session=stand_in, via="peer", remote=remote,
                       trace_carrier=tracing.read_carrier(request.headers))
     if origin.wait_seconds is not None:
         ctx.cap_waits(origin.wait_seconds, f'Relay "{origin.relay}" waits {origin.wait_seconds} s at most for this call, so it')
