@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser
 
+from oar.core import keys
 from oar.core.db import database, open_database
 from tests.support import browser, logcheck, processes
 from tests.support.bad_input.world import World, build_world
@@ -121,10 +122,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory, redis_url: str, database_url
 
 @pytest.fixture
 def relay(stack: RelayStack) -> Relay:
-    """The shared relay, emptied, with agent sessions on and no rate limits."""
-    assert stack.relay is not None
+    """The shared relay, emptied, with agent sessions on and no rate limits: the decision links'
+    count of this address's requests too, which an earlier test's many calls (a fuzzer's) may
+    have used up within its window."""
+    assert stack.relay is not None and stack.relay.runtime is not None
     open_database(stack.config)
     reset_database()
+    stack.relay.runtime.redis.delete(keys.decision_requests(stack.config.namespace, "127.0.0.1"))
     stack.relay.owner.open_for_agents()
     return stack.relay
 
