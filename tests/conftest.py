@@ -21,7 +21,8 @@ from playwright.sync_api import Browser
 
 from oar.core import keys
 from oar.core.db import database, open_database
-from tests.support import browser, logcheck, processes
+from tests.support import browser, logcheck, processes, write_counts
+from tests.support.bad_input.in_process import WorldKeeper
 from tests.support.bad_input.world import World, build_world
 from tests.support.clients import Agent
 from tests.support.relays import (
@@ -143,6 +144,15 @@ def desk(relay: Relay) -> Agent:
 def world(relay: Relay, desk: Agent) -> World:
     """The bad-input tables' world (tests/support/bad_input/world.py)."""
     return build_world(relay, desk)
+
+
+@pytest.fixture(scope="module")
+def kept_worlds(stack: RelayStack) -> Iterator[WorldKeeper]:
+    """For a module of bad-input cases run in-process: the database's write counts
+    (tests/support/write_counts.py) while it runs, and one world kept while nothing writes."""
+    open_database(stack.config)
+    with write_counts.counting_writes():
+        yield WorldKeeper(stack)
 
 
 @pytest.fixture

@@ -1,11 +1,14 @@
 """Bad input is refused in the documented shape and changes nothing (docs/calling.md, docs/rules.md, docs/calling.md#check-order, docs/waiting.md, docs/errors.md, docs/owner-api.md).
 
-Tables of cases over every registered action (tests/support/bad_input/), run against the real
-relay (HTTP server, RQ workers, Redis, database). Every refused case compares a snapshot of
-the database and of the owner API's views taken before the call with one taken after: a
-refused call changes nothing. This module runs the session actions' table and checks that
-every action the registry holds has cases in some table; the schedule, subscription and
-question tables run in their own modules.
+Tables of cases over every registered action (tests/support/bad_input/), run in-process
+against the real relay's app (its database, Redis, and the world its workers built): each case
+through the dispatcher, or through the app's test client when it is refused at the HTTP edge,
+with the database's write counts equal before and after (tests/support/write_counts.py): a
+refused call changes nothing. A few cases of each table run over real HTTP as well, comparing a
+snapshot of every table and of the owner API's views taken before the call with one taken
+after. This module runs the session actions' table and checks that every action the registry
+holds has cases in some table; the schedule, subscription and question tables run in their own
+modules.
 """
 
 from __future__ import annotations
@@ -16,8 +19,18 @@ from typing import Any
 
 import pytest
 import requests
+from flask.testing import FlaskClient
+from werkzeug.test import TestResponse
 
 from oar.actions.catalog import load_actions
+from tests.support import write_counts
+from tests.support.bad_input.in_process import (
+    WorldKeeper,
+    assert_case_refused_in_process,
+    assert_refused_by_app,
+    call,
+)
+from tests.support.bad_input.outside import CASES as OUTSIDE_CASES
 from tests.support.bad_input.registry import ALL_CASES, TABLES, cases_per_action
 from tests.support.bad_input.sessions import CASES, COVERED, VALID
 from tests.support.bad_input.world import (
@@ -51,8 +64,33 @@ def test_the_tables_name_only_registered_actions_and_unique_cases() -> None:
 TAKING_RELAY = sorted(name for name, spec in load_actions().items() if "relay" in spec.params)
 
 
+# The cases that run over real HTTP as well as in-process: the edge stays covered.
+WRONG_TYPE_OVER_HTTP = ("send",)
+OVER_HTTP = ("send-own-session", "update_session-session-unknown", "list_sessions-cursor-garbage")
+RAW_OVER_HTTP = ("body-not-json", "body-deeply-nested", "action-unknown", "token-of-a-deleted-session")
+OWNER_OVER_HTTP = ("settings-unknown-key", "new-session-not-json", "message-to-archived-session", "tasks-command-nul",
+                   "agent-token")
+
+
+@pytest.fixture
+def tables_world(kept_worlds: WorldKeeper) -> World:
+    """The tables' world, kept from case to case while nothing writes (in-process cases)."""
+    return kept_worlds.get("tables")
+
+
 @pytest.mark.parametrize("action", TAKING_RELAY)
-def test_every_registered_action_refuses_arguments_of_the_wrong_type(world: World, action: str) -> None:
+def test_every_registered_action_refuses_arguments_of_the_wrong_type(tables_world: World, action: str) -> None:
+    world = tables_world
+    assert world.app is not None
+    spec = load_actions()[action]
+    before = write_counts.fingerprint()
+    status, body = call(world.app, world.desk.token, action, {"relay": ["this"]})
+    assert_refused(status, body, INVALID, ends=spec.nothing or None)
+    assert write_counts.fingerprint() == before
+
+
+@pytest.mark.parametrize("action", WRONG_TYPE_OVER_HTTP)
+def test_over_http_an_action_refuses_arguments_of_the_wrong_type(world: World, action: str) -> None:
     spec = load_actions()[action]
     before = snapshot(world.relay)
     status, body = world.desk.call(action, relay=["this"])
@@ -61,8 +99,20 @@ def test_every_registered_action_refuses_arguments_of_the_wrong_type(world: Worl
 
 
 @pytest.mark.parametrize("bad", CASES, ids=lambda c: c.id)
-def test_bad_arguments_are_refused_and_change_nothing(world: World, bad: Case) -> None:
+def test_bad_arguments_are_refused_and_change_nothing(tables_world: World, bad: Case) -> None:
+    assert_case_refused_in_process(tables_world, bad)
+
+
+@pytest.mark.parametrize("bad", [c for c in CASES if c.id in OVER_HTTP], ids=lambda c: c.id)
+def test_over_http_bad_arguments_are_refused_and_change_nothing(world: World, bad: Case) -> None:
     assert_case_refused(world, bad)
+
+
+@pytest.mark.parametrize("bad", OUTSIDE_CASES, ids=lambda c: c.id)
+def test_bad_take_and_reply_input_is_refused_and_changes_nothing(tables_world: World, bad: Case) -> None:
+    """take and reply's table (tests/support/bad_input/outside.py), which no module ran until the
+    tables ran in-process."""
+    assert_case_refused_in_process(tables_world, bad)
 
 
 def test_the_valid_arguments_of_the_table_do_succeed(world: World) -> None:
@@ -161,7 +211,19 @@ def _headers(world: World, raw: Raw) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("raw", RAW_CASES, ids=lambda r: r.id)
-def test_bodies_actions_and_tokens_that_are_wrong_are_refused(world: World, raw: Raw) -> None:
+def test_bodies_actions_and_tokens_that_are_wrong_are_refused(tables_world: World, raw: Raw) -> None:
+    world = tables_world
+
+    def send(client: FlaskClient) -> TestResponse:
+        return client.post("/api/v1/relay_tool", data=raw.body, headers=_headers(world, raw))
+
+    body = assert_refused_by_app(world, send, raw.code, says=raw.says)
+    if raw.code == "REMOTE_RELAY_UNKNOWN_ACTION":
+        assert "list_relays" in body["actions"] and "create_session" in body["actions"]
+
+
+@pytest.mark.parametrize("raw", [r for r in RAW_CASES if r.id in RAW_OVER_HTTP], ids=lambda r: r.id)
+def test_over_http_bodies_actions_and_tokens_that_are_wrong_are_refused(world: World, raw: Raw) -> None:
     before = snapshot(world.relay)
     response = requests.post(
         world.relay.url + "/api/v1/relay_tool", data=raw.body, headers=_headers(world, raw), timeout=60
@@ -294,16 +356,26 @@ class OwnerCase:
     says: str = ""
     auth: str = "owner"  # owner | none | wrong | agent
 
-    def send(self, world: World) -> requests.Response:
+    def headers(self, world: World) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
         token = {"owner": world.relay.owner.token, "wrong": "oar_o_wrong", "agent": world.desk.token}.get(self.auth)
         if token:
             headers["Authorization"] = f"Bearer {token}"
+        return headers
+
+    def data(self, world: World) -> bytes | None:
         data = self.body if isinstance(self.body, bytes) else None
         if self.body is not None and data is None:
             data = json.dumps(world.fill(self.body)).encode()
-        return requests.request(self.method, world.relay.url + world.fill_in(self.path), data=data, headers=headers,
-                                timeout=60)
+        return data
+
+    def send(self, world: World) -> requests.Response:
+        return requests.request(self.method, world.relay.url + world.fill_in(self.path), data=self.data(world),
+                                headers=self.headers(world), timeout=60)
+
+    def send_in_process(self, world: World, client: FlaskClient) -> TestResponse:
+        return client.open(world.fill_in(self.path), method=self.method, data=self.data(world),
+                           headers=self.headers(world))
 
 
 SETTINGS = "/api/v1/owner/settings"
@@ -416,7 +488,13 @@ OWNER_CASES = [
 
 
 @pytest.mark.parametrize("bad", OWNER_CASES, ids=lambda c: c.id)
-def test_owner_api_bad_input_is_refused_and_changes_nothing(world: World, bad: OwnerCase) -> None:
+def test_owner_api_bad_input_is_refused_and_changes_nothing(tables_world: World, bad: OwnerCase) -> None:
+    assert_refused_by_app(tables_world, lambda client: bad.send_in_process(tables_world, client), bad.code,
+                          says=bad.says)
+
+
+@pytest.mark.parametrize("bad", [c for c in OWNER_CASES if c.id in OWNER_OVER_HTTP], ids=lambda c: c.id)
+def test_over_http_owner_api_bad_input_is_refused_and_changes_nothing(world: World, bad: OwnerCase) -> None:
     before = snapshot(world.relay)
     response = bad.send(world)
     assert response.headers["Content-Type"].startswith("application/json"), response.text[:300]
@@ -424,27 +502,42 @@ def test_owner_api_bad_input_is_refused_and_changes_nothing(world: World, bad: O
     assert snapshot(world.relay) == before
 
 
-@pytest.mark.parametrize(
-    ("method", "path", "status"),
-    [
-        ("GET", "/api/v1/nope", 404),
-        ("POST", "/api/v1/relay_tools", 404),
-        ("GET", "/api/v1/owner/nope", 404),
-        ("DELETE", "/api/v1/owner/sessions/x/y/z", 404),
-        ("GET", "/api/v1/relay_tool", 405),
-        ("DELETE", "/api/v1/owner/settings", 405),
-    ],
-    ids=lambda value: str(value),
-)
-def test_unknown_routes_answer_json_not_html(world: World, method: str, path: str, status: int) -> None:
+UNKNOWN_ROUTES = [
+    ("GET", "/api/v1/nope", 404),
+    ("POST", "/api/v1/relay_tools", 404),
+    ("GET", "/api/v1/owner/nope", 404),
+    ("DELETE", "/api/v1/owner/sessions/x/y/z", 404),
+    ("GET", "/api/v1/relay_tool", 405),
+    ("DELETE", "/api/v1/owner/settings", 405),
+]
+
+
+def _assert_json_not_html(status: int, expected: int, content_type: str, text: str, body: Any) -> None:
+    assert status == expected
+    assert content_type.startswith("application/json"), text[:300]
+    assert "<html" not in text.lower()
+    assert body["ok"] is False and isinstance(body["code"], str) and body["error"].endswith("."), body
+    if expected == 404:
+        assert body["code"] == NOT_FOUND
+
+
+@pytest.mark.parametrize(("method", "path", "status"), UNKNOWN_ROUTES, ids=lambda value: str(value))
+def test_unknown_routes_answer_json_not_html(tables_world: World, method: str, path: str, status: int) -> None:
+    world = tables_world
+    assert world.app is not None
+    before = write_counts.fingerprint()
+    for headers in ({}, {"Authorization": f"Bearer {world.relay.owner.token}"}):
+        response = world.app.test_client().open(path, method=method, headers=headers)
+        text = response.get_data(as_text=True)
+        _assert_json_not_html(response.status_code, status, response.headers["Content-Type"], text, response.get_json())
+    assert write_counts.fingerprint() == before
+
+
+@pytest.mark.parametrize(("method", "path", "status"), UNKNOWN_ROUTES[:1], ids=lambda value: str(value))
+def test_over_http_unknown_routes_answer_json_not_html(world: World, method: str, path: str, status: int) -> None:
     before = snapshot(world.relay)
     for headers in ({}, {"Authorization": f"Bearer {world.relay.owner.token}"}):
         response = requests.request(method, world.relay.url + path, headers=headers, timeout=60)
-        assert response.status_code == status
-        assert response.headers["Content-Type"].startswith("application/json"), response.text[:300]
-        assert "<html" not in response.text.lower()
-        body = response.json()
-        assert body["ok"] is False and isinstance(body["code"], str) and body["error"].endswith("."), body
-        if status == 404:
-            assert body["code"] == NOT_FOUND
+        _assert_json_not_html(response.status_code, status, response.headers["Content-Type"], response.text,
+                              response.json())
     assert snapshot(world.relay) == before

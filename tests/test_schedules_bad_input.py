@@ -1,28 +1,45 @@
 """Bad input to schedule, list_schedules and unschedule is refused in the documented shape and
 changes nothing (docs/calling.md, docs/schedules.md, docs/errors.md): the table of tests/support/bad_input/schedules.py, in
 the world of the other bad-input tables.
+
+Every case runs in-process through the dispatcher with the database's write counts
+(tests/support/bad_input/in_process.py); one also runs over real HTTP with the full snapshot.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from tests.support.bad_input.in_process import WorldKeeper, assert_case_refused_in_process
 from tests.support.bad_input.schedules import CASES, VALID_SCHEDULE
 from tests.support.bad_input.world import NOTHING, Case, World, assert_case_refused, assert_refused
 from tests.support.snapshots import snapshot
+
+# Over real HTTP too: a case refused deep in the handler (the session is looked up).
+OVER_HTTP = ("schedule-session-archived",)
+
+
+def add_schedules(world: World) -> None:
+    """A schedule desk set into itself and one `other` set into itself."""
+    world.refs["<desks_schedule>"] = world.desk.ok("schedule", text="mine", every_minutes=30)["schedule_id"]
+    other = world.relay.agent_for(world.refs["<other>"])
+    world.refs["<others_schedule>"] = other.ok("schedule", text="theirs", every_minutes=30)["schedule_id"]
 
 
 @pytest.fixture
 def schedule_world(world: World) -> World:
     """The shared world, plus a schedule desk set into itself and one `other` set into itself."""
-    world.refs["<desks_schedule>"] = world.desk.ok("schedule", text="mine", every_minutes=30)["schedule_id"]
-    other = world.relay.agent_for(world.refs["<other>"])
-    world.refs["<others_schedule>"] = other.ok("schedule", text="theirs", every_minutes=30)["schedule_id"]
+    add_schedules(world)
     return world
 
 
 @pytest.mark.parametrize("bad", CASES, ids=lambda c: c.id)
-def test_bad_schedule_input_is_refused_and_changes_nothing(schedule_world: World, bad: Case) -> None:
+def test_bad_schedule_input_is_refused_and_changes_nothing(kept_worlds: WorldKeeper, bad: Case) -> None:
+    assert_case_refused_in_process(kept_worlds.get("schedules", add_schedules), bad)
+
+
+@pytest.mark.parametrize("bad", [c for c in CASES if c.id in OVER_HTTP], ids=lambda c: c.id)
+def test_over_http_bad_schedule_input_is_refused_and_changes_nothing(schedule_world: World, bad: Case) -> None:
     assert_case_refused(schedule_world, bad)
 
 

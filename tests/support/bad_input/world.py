@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from flask import Flask
+
 from oar.core.db import database
 from oar.core.models import Task
 from oar.core.timeutil import utcnow
@@ -106,6 +108,7 @@ class World:
     refs: dict[str, str] = field(default_factory=dict)
     callers: dict[str, Agent] = field(default_factory=dict)  # more callers a table's fixture adds
     heartbeats_move: bool = False  # a turn waits (on a question): its worker moves its heartbeat on
+    app: Flask | None = None  # the relay's own app, for cases run in-process (bad_input/in_process.py)
 
     def fill(self, value: Any) -> Any:
         """Replace "<name>" placeholders (sessions, messages, folders) with the world's values."""
