@@ -33,8 +33,7 @@ def _window(value: Any) -> str:
         return "auto"
     if isinstance(value, bool) or not isinstance(value, int) or not 1_000 <= value <= 10_000_000:
         raise invalid(
-            'update_session: auto_compact_window must be "auto" or a token count from 1,000 to 10,000,000. '
-            + UPDATE_NOTHING
+            'update_session: auto_compact_window must be "auto" or a token count from 1,000 to 10,000,000.'
         )
     return str(value)
 
@@ -90,7 +89,7 @@ def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
     group_change = _group_change(ctx, target, args.get("group"))
     if "cwd" in args:
         if provider.workspace == "repo":
-            raise invalid(f"{provider.name} works in repositories; a session there has no folder. {UPDATE_NOTHING}")
+            raise invalid(f"{provider.name} works in repositories; a session there has no folder.")
         folder = check_folder(args["cwd"], ctx.settings["allowed_roots"],
                               places=RelayPlaces.of(ctx.runtime.config), session_id=target.id)
         if folder != target.cwd:
@@ -98,7 +97,7 @@ def update_session(ctx: CallContext, args: dict[str, Any]) -> dict[str, Any]:
                 raise ActionError(
                     "REMOTE_RELAY_BUSY",
                     f"The session cannot move to another folder now: a turn is queued or running in session "
-                    f"{target.id[:8]}. {UPDATE_NOTHING}",
+                    f"{target.id[:8]}.",
                 )
             wanted["cwd"] = folder
     ignored_settings: dict[str, Any] = {}
