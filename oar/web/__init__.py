@@ -144,6 +144,14 @@ def create_app(config: Config) -> Flask:
     tracing.start("web", app.extensions["oar"])
     if metrics.on():
         count_requests(app)
+    _install_request_hooks(app)
+    _install_error_handlers(app)
+    _register_blueprints(app, config)
+    return app
+
+
+def _install_request_hooks(app: Flask) -> None:
+    """A database connection per request, ids that name nothing refused, Retry-After on 429 and 503."""
 
     @app.before_request
     def connect() -> None:
@@ -163,8 +171,26 @@ def create_app(config: Config) -> Flask:
         if not database.is_closed():
             database.close()
 
-    # Every error becomes an ActionError, answered by `action_error`: the documented JSON shape
-    # (docs/errors.md), or the page's error page for the page's paths.
+    @app.after_request
+    def retry_after(response: Response) -> Response:
+        # 429 and 503 answers say when to come back in the body; HTTP clients read the header.
+        if response.status_code in (429, 503) and response.is_json:
+            wait = (response.get_json(silent=True) or {}).get("retryAfterSeconds")
+            if isinstance(wait, int | float):
+                response.headers["Retry-After"] = str(max(1, math.ceil(wait)))
+        return response
+
+    @app.get("/favicon.ico")
+    def favicon() -> ResponseReturnValue:
+        # Browsers ask for it on every page without a <link rel="icon">; no sign-in needed for an icon.
+        return send_from_directory(app.static_folder or "static", "favicon.ico", max_age=defaults.FAVICON_MAX_AGE_SECONDS)
+
+
+def _install_error_handlers(app: Flask) -> None:
+    """Every error becomes an ActionError, answered by `action_error`: the documented JSON shape
+    (docs/errors.md), or the page's error page for the page's paths."""
+    from oar.web import page  # the page's module imports this package's helpers
+
     @app.errorhandler(ActionError)
     def action_error(error: ActionError) -> ResponseReturnValue:
         if page.is_page_request():
@@ -181,20 +207,9 @@ def create_app(config: Config) -> Flask:
     def internal_error(error: Exception) -> ResponseReturnValue:
         return action_error(unexpected(error, f"request {request.method} {request.path}", log))
 
-    @app.get("/favicon.ico")
-    def favicon() -> ResponseReturnValue:
-        # Browsers ask for it on every page without a <link rel="icon">; no sign-in needed for an icon.
-        return send_from_directory(app.static_folder or "static", "favicon.ico", max_age=defaults.FAVICON_MAX_AGE_SECONDS)
 
-    @app.after_request
-    def retry_after(response: Response) -> Response:
-        # 429 and 503 answers say when to come back in the body; HTTP clients read the header.
-        if response.status_code in (429, 503) and response.is_json:
-            wait = (response.get_json(silent=True) or {}).get("retryAfterSeconds")
-            if isinstance(wait, int | float):
-                response.headers["Retry-After"] = str(max(1, math.ceil(wait)))
-        return response
-
+def _register_blueprints(app: Flask, config: Config) -> None:
+    # Imported here, not at the top: each blueprint's module imports this package's helpers.
     from oar.web import (
         api,
         decide,
@@ -219,24 +234,15 @@ def create_app(config: Config) -> Flask:
     )
 
     owner_log.install(app)
-    app.register_blueprint(page.blueprint)
-    app.register_blueprint(decide.blueprint)
-    app.register_blueprint(api.blueprint)
-    app.register_blueprint(owner.blueprint)
-    app.register_blueprint(owner_relays.blueprint)
-    app.register_blueprint(peer.blueprint)
-    app.register_blueprint(external.blueprint)
-    app.register_blueprint(health.blueprint)
-    app.register_blueprint(mcp.blueprint)
-    app.register_blueprint(mcp_team.blueprint)
-    app.register_blueprint(openclaw.blueprint)
-    app.register_blueprint(openapi.blueprint)
+    for blueprint in (page.blueprint, decide.blueprint, api.blueprint, owner.blueprint, owner_relays.blueprint,
+                      peer.blueprint, external.blueprint, health.blueprint, mcp.blueprint, mcp_team.blueprint,
+                      openclaw.blueprint, openapi.blueprint):
+        app.register_blueprint(blueprint)
     if config.metrics_on:
         # Only where metrics are on: prometheus-client is imported with it (off, /metrics is a 404).
         from oar.web import metrics_page
 
         app.register_blueprint(metrics_page.blueprint)
-    return app
 
 
 def count_requests(app: Flask) -> None:
