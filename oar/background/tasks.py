@@ -23,7 +23,7 @@ from typing import Any
 
 from oar.background import output_files, output_store, sandbox, task_caps
 from oar.core import events, jobs, keys, work_folders
-from oar.core.db import release_connection, write_transaction
+from oar.core.db import write_transaction
 from oar.core.errors import ActionError, invalid, not_found
 from oar.core.fields import unstorable_text
 from oar.core.models import Message, Session, Task
@@ -231,7 +231,6 @@ def finish(runtime: Runtime, task_id: str, status: TaskStatus, exit_code: int | 
         task = Task.get_or_none(Task.id == task_id)
         if ended and task is not None:
             record_end_events(task, now)
-    release_connection()
     if task is None:  # its row went with its session's while it ran: nothing is left to record
         log.warning("task %s ended %s; its record is gone", task_id, status)
         return status
