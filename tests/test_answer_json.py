@@ -10,6 +10,7 @@ from datetime import datetime
 from flask import Flask
 
 from oar.web import RelayJSONProvider
+from oar.web.mcp_wire import compact_text
 
 
 @dataclass
@@ -66,3 +67,10 @@ def test_request_bodies_read_as_the_standard_library_reads_them() -> None:
         except (ValueError, RecursionError) as error:
             read = type(error).__name__
         assert read == expected, body[:60]
+
+
+def test_mcp_tool_results_hold_the_standard_librarys_compact_text() -> None:
+    """oar/web/mcp_wire.py compact_text: orjson's text where it is the standard library's, the
+    standard library's for what orjson declines (integers beyond 64 bits, lone surrogates)."""
+    for value in ({"ok": True, "text": "Grüße \u2028 \x00 \"q\" 😀", "n": [1, -2.5, None]}, {"big": 2**70}, {"s": "\ud800"}):
+        assert compact_text(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":"))

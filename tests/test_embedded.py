@@ -255,12 +255,17 @@ def test_the_children_of_a_killed_child_exit_and_the_launcher_starts_it_again(la
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     launcher, owner, _session_id = start_and_make_a_conversation(launch, data_dir, free_port(), f"child-{secrets.token_hex(3)}")
-    launcher.descendants()  # seen, so cleanup reaches them if they outlive their parent
     roles = launcher.roles()
     parents = [roles["web"], roles["worker"]]
-    orphans = [child for parent in parents for child in parent.children(recursive=True)]
-    # Two web workers; the RQ worker runs its jobs, its scheduler and the clock in threads of its own.
-    assert len(orphans) >= 2, [command_line(p) for p in orphans]
+
+    def orphans_to_be() -> list[Any]:
+        return [child for parent in parents for child in parent.children(recursive=True)]
+
+    # Two web workers (gunicorn forks the second after the first, which may answer already); the RQ
+    # worker runs its jobs, its scheduler and the clock in threads of its own.
+    poll("both web workers running", lambda: len(orphans_to_be()) >= 2, seconds=30, every=0.1)
+    orphans = orphans_to_be()
+    launcher.descendants()  # seen, so cleanup reaches them if they outlive their parent
     for parent in parents:
         parent.kill()
     try:

@@ -192,7 +192,11 @@ def test_it_finds_the_socket_a_streamed_response_reads_from() -> None:
         assert isinstance(sock, socket.socket) and sock.getpeername()[1] == server.server_port
         # Shutting it down is what wakes a read blocked on it (oar/providers/sse.py).
         sock.shutdown(socket.SHUT_RDWR)
-        assert b"".join(response.iter_content(chunk_size=None)) in (b"", b"data: one\n\n")
+        try:
+            read = b"".join(response.iter_content(chunk_size=None))
+        except requests.exceptions.ChunkedEncodingError:  # or the connection reads as reset: woken all the same
+            read = b""
+        assert read in (b"", b"data: one\n\n")
         response.close()
         assert http_internals.socket_of(response) is None
     finally:

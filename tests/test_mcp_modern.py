@@ -80,6 +80,8 @@ def test_a_call_without_the_extension_answers_within_its_request(relay: Relay, d
     result = call_tool(relay, desk, {"action": "list_relays"}, tasks=False)
     assert result["resultType"] == "complete" and result["isError"] is False
     assert json.loads(result["content"][0]["text"]) == result["structuredContent"] == desk.ok("list_relays")
+    # The text a model reads is the JSON without spaces.
+    assert result["content"][0]["text"] == json.dumps(result["structuredContent"], ensure_ascii=False, separators=(",", ":"))
 
 
 def test_bad_envelopes_and_headers_get_the_revisions_errors_and_change_nothing(relay: Relay, desk: Agent) -> None:

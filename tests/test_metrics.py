@@ -199,6 +199,9 @@ def test_a_web_restart_starts_its_totals_again_and_keeps_the_others(watched: Rel
     assert worker_turns >= 1
     watched.stop("web")
     watched.start_web()
+    # gunicorn forks its workers one after another: the second may start after the first answered.
+    poll("both web processes counted", lambda: value(samples(scrape(relay).text), "oar_processes", process="web") == 2,
+         seconds=30, every=0.2)
     after = samples(scrape(relay).text)
     # The web's own counts start again (its previous processes' files went as it started) …
     assert value(after, "oar_http_request_duration_seconds_count", route="/api/v1/relay_tool") == 0

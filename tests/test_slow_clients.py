@@ -122,6 +122,19 @@ def test_it_answers_the_health_check_while_slow_clients_hold_connections(small: 
             client.join(15)
 
 
+def test_an_agent_call_whose_body_does_not_arrive_in_time_is_answered_408(small: RelayStack, owner: Owner) -> None:
+    """The agents' call lane (oar/web/call_lane.py) reads the body itself; a body cut off by the
+    deadline is answered as the app answers it elsewhere, and the connection is closed."""
+    agent = owner.conversation("slow body")
+    host, port = small.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(f"POST /api/v1/relay_tool HTTP/1.1\r\nHost: relay\r\nAuthorization: Bearer {agent.token}\r\n"
+                     "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"action\":".encode())
+        status, body = parse(sock)  # reads until the relay closes the connection
+    assert status == 408 and body["code"] == "REMOTE_RELAY_INVALID_INPUT", (status, body)
+    assert "did not arrive in time" in body["error"] and body["error"].endswith("Nothing was done.")
+
+
 def slots(small: RelayStack, conversation: str) -> list[float]:
     """The lease ends of the conversation's wait slots, as the relay keeps them in Redis."""
     connection = redis.Redis.from_url(small.config.redis_url or "")

@@ -63,10 +63,13 @@ class RelayJSONProvider(DefaultJSONProvider):
         """`jsonify`: Flask's, with orjson's bytes kept as bytes (not decoded to be encoded again)."""
         if self.compact is False or (self.compact is None and flask_internals.app_of(self).debug):
             return super().response(*args, **kwargs)
-        obj = flask_internals.response_value(self, args, kwargs)
-        compact = _orjson_dumps(obj, self.default)
-        body = compact + b"\n" if compact is not None else f"{self._standard_dumps(obj, **COMPACT)}\n"
+        body = self.answer_bytes(flask_internals.response_value(self, args, kwargs))
         return flask_internals.app_of(self).response_class(body, mimetype=self.mimetype)
+
+    def answer_bytes(self, obj: Any) -> bytes:
+        """An answer's body as `jsonify` writes it: compact JSON and a newline."""
+        compact = _orjson_dumps(obj, self.default)
+        return compact + b"\n" if compact is not None else f"{self._standard_dumps(obj, **COMPACT)}\n".encode()
 
     def loads(self, s: str | bytes, **kwargs: Any) -> Any:
         """Request bodies: orjson where it reads the text as the standard library would, which
@@ -102,6 +105,8 @@ def _orjson_dumps(obj: Any, default: Callable[[Any], Any]) -> bytes | None:
 
 
 COMPACT = {"separators": (",", ":")}
+# A WSGI application: what Flask's `wsgi_app` is, and what wraps it.
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 # The methods a request's count is labelled with; any other is counted as "other".
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 _LONG_DIGITS, _LONG_DIGITS_TEXT = re.compile(rb"[0-9]{19}"), re.compile(r"[0-9]{19}")
@@ -116,9 +121,9 @@ class TrustedProxies:
     (docs/operations.md#behind-a-proxy). The setting is read per request.
     """
 
-    def __init__(self, app: Flask) -> None:
+    def __init__(self, app: Flask, direct: WSGIApp) -> None:
         self.app = app
-        self.direct = app.wsgi_app
+        self.direct = direct
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         hops = self.app.extensions["oar"].config.trust_proxy
@@ -138,7 +143,10 @@ def create_app(config: Config) -> Flask:
     open_database(config)
     refuse_newer_schema()  # raises NewerSchema: a web older than the database serves nothing
     app.extensions["oar"] = Runtime(config)
-    app.wsgi_app = TrustedProxies(app)  # type: ignore[method-assign]
+    from oar.web.call_lane import CallLane  # it imports the API's module, which imports this package
+
+    # Agents' ordinary calls are answered in front of Flask's request machinery (oar/web/call_lane.py).
+    app.wsgi_app = TrustedProxies(app, CallLane(app, app.wsgi_app))  # type: ignore[method-assign]
     # Figures and traces, when configured (docs/operations.md#watching-it): nothing otherwise.
     metrics.start("web", config)
     tracing.start("web", app.extensions["oar"])
@@ -172,18 +180,24 @@ def _install_request_hooks(app: Flask) -> None:
             database.close()
 
     @app.after_request
-    def retry_after(response: Response) -> Response:
+    def add_retry_after(response: Response) -> Response:
         # 429 and 503 answers say when to come back in the body; HTTP clients read the header.
         if response.status_code in (429, 503) and response.is_json:
-            wait = (response.get_json(silent=True) or {}).get("retryAfterSeconds")
-            if isinstance(wait, int | float):
-                response.headers["Retry-After"] = str(max(1, math.ceil(wait)))
+            wait = retry_after(response.status_code, response.get_json(silent=True))
+            if wait is not None:
+                response.headers["Retry-After"] = wait
         return response
 
     @app.get("/favicon.ico")
     def favicon() -> ResponseReturnValue:
         # Browsers ask for it on every page without a <link rel="icon">; no sign-in needed for an icon.
         return send_from_directory(app.static_folder or "static", "favicon.ico", max_age=defaults.FAVICON_MAX_AGE_SECONDS)
+
+
+def retry_after(status: int, body: Any) -> str | None:
+    """The Retry-After header of an answer: a 429 or 503 whose body says when to come back."""
+    wait = body.get("retryAfterSeconds") if status in (429, 503) and isinstance(body, dict) else None
+    return str(max(1, math.ceil(wait))) if isinstance(wait, int | float) and not isinstance(wait, bool) else None
 
 
 def _install_error_handlers(app: Flask) -> None:

@@ -12,8 +12,12 @@ from oar.sessions.sessions import Session
 
 
 def bearer_token() -> str | None:
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
+    return token_in(request.headers.get("Authorization"))
+
+
+def token_in(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header; None for any other header or none."""
+    scheme, _, token = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return None
     return token.strip()
@@ -24,7 +28,11 @@ def unauthorized(message: str) -> ActionError:
 
 
 def require_agent() -> Session:
-    token = bearer_token()
+    return agent_of(bearer_token())
+
+
+def agent_of(token: str | None) -> Session:
+    """The conversation whose agent token this is, or the 401 that says why there is none."""
     if token is None:
         raise unauthorized("Send the session's agent token as Authorization: Bearer <token>. Nothing was done.")
     session = sessions.session_by_token(token)

@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from oar.actions.context import CallContext
 from oar.core import tracing
 
@@ -233,7 +235,7 @@ def tool_call(params: dict[str, Any], tools: ToolSet) -> ToolCall:
 def tool_result(body: dict[str, Any], protocol_version: str, *, failed: bool) -> dict[str, Any]:
     """A tool's JSON answer as a tool result: one text item holding it, `structuredContent`
     where the revision has it, and `isError` when the call was refused or failed."""
-    text = json.dumps(body, ensure_ascii=False)
+    text = compact_text(body)
     value: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": failed}
     if is_modern(protocol_version) or (
         protocol_version in PROTOCOL_VERSIONS
@@ -241,6 +243,16 @@ def tool_result(body: dict[str, Any], protocol_version: str, *, failed: bool) ->
     ):
         value["structuredContent"] = body
     return value
+
+
+def compact_text(value: Any) -> str:
+    """JSON without spaces, as a model reads it (fewer tokens; the relay's own models get the same,
+    oar/providers/llm.py): orjson's text, which is the standard library's, else the standard
+    library's own for what orjson declines (an integer beyond 64 bits, a lone surrogate)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def progress(token: str | int, count: float, message: str) -> dict[str, Any]:
