@@ -13,6 +13,7 @@ import signal
 import threading
 
 from oar.core import lifeline, metric_files, metrics
+from oar.core.collector import freeze_loaded_objects
 from oar.core.config import Config
 from oar.core.db import checkpoint, database, is_sqlite, open_database, wal_state
 from oar.core.presence import CLOCK, Beacon
@@ -107,6 +108,7 @@ def main(config: Config) -> None:
     if config.metrics_on:  # the clock's figures (docs/operations.md#watching-it); a previous clock's go
         metric_files.sweep_kind(config.metrics_folder, "clock")
     metrics.start("clock", config)
+    freeze_loaded_objects()  # a full collection's pause would delay a due schedule
     stopping = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopping.set())

@@ -11,7 +11,6 @@ embedded redis-server (a program) the same way.
 from __future__ import annotations
 
 import contextlib
-import gc
 import importlib
 import os
 import pkgutil
@@ -24,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from oar.core import jobs, lifeline
+from oar.core.collector import freeze_loaded_objects
 from oar.core.db import database
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -49,8 +49,7 @@ def load_shared_code() -> None:
     for name in (*SHARED_MODULES, *web_modules):
         if name not in NOT_SHARED:
             importlib.import_module(name)
-    gc.collect()
-    gc.freeze()
+    freeze_loaded_objects()
 
 
 class ForkedChild:

@@ -34,6 +34,7 @@ from rq.timeouts import TimerDeathPenalty
 from rq.worker_pool import WorkerPool
 
 from oar.core import jobs, lifeline, metric_files, metrics, tracing
+from oar.core.collector import freeze_loaded_objects
 from oar.core.config import Config
 from oar.core.db import open_database
 from oar.core.presence import WORKER, Beacon
@@ -186,6 +187,7 @@ def main(config: Config, processes: int | None = None, with_clock: bool = False)
     # (`oar` never imports `workers`); importing connects to nothing (workers/runtime.py).
     for name in jobs.EVERY_JOB:
         importlib.import_module(name.rpartition(".")[0])
+    freeze_loaded_objects()  # before the pool forks, too: its workers share what is frozen
     if count == 1:
         _work_in_this_process(config.namespace, runtime, options, with_clock)
         return
