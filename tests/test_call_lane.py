@@ -1,5 +1,5 @@
-"""The agents' call lane (oar/web/call_lane.py): ordinary `POST /api/v1/relay_tool` calls are answered
-in front of Flask, the rest by Flask's view, and both answer alike, byte for byte."""
+"""The agents' call lane (oar/web/call_lane.py): ordinary `POST /api/v1/relay_tool` and `POST /mcp`
+calls are answered in front of Flask, the rest by Flask's views, and both answer alike, byte for byte."""
 
 from __future__ import annotations
 
@@ -15,9 +15,13 @@ from werkzeug.test import EnvironBuilder, run_wsgi_app
 
 from oar.core import defaults
 from oar.web import page_auth, retry_after
-from oar.web.call_lane import ROUTE
+from oar.web.call_lane import ROUTES
 from tests.support.clients import Agent
 from tests.support.relays import Relay, RelayStack
+
+
+ROUTE = "/api/v1/relay_tool"
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
 
 
 @pytest.fixture
@@ -37,11 +41,11 @@ class Doors:
     def _ran(self, _sender: Any, **_extra: Any) -> None:
         self.flask_requests += 1
 
-    def send(self, body: bytes, token: str | None, *, chunked: bool) -> Answer:
-        headers = {"Content-Type": "application/json"}
+    def send(self, body: bytes, token: str | None, *, chunked: bool, path: str = ROUTE, **extra: str) -> Answer:
+        headers = {"Content-Type": "application/json", **extra}
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
-        environ = EnvironBuilder(path=ROUTE, method="POST", data=body, headers=headers).get_environ()
+        environ = EnvironBuilder(path=path, method="POST", data=body, headers=headers).get_environ()
         if chunked:  # as a WSGI server gives a body sent in chunks: no length, the input ends by itself
             environ.pop("CONTENT_LENGTH", None)
             environ["wsgi.input_terminated"] = True
@@ -50,11 +54,11 @@ class Doors:
         chunks, status, answer_headers = run_wsgi_app(self.app, environ, buffered=True)
         return Answer(status, dict(answer_headers), b"".join(chunks))
 
-    def both(self, body: bytes, token: str | None) -> tuple[Answer, Answer]:
+    def both(self, body: bytes, token: str | None, path: str = ROUTE, **headers: str) -> tuple[Answer, Answer]:
         with request_started.connected_to(self._ran, self.app):
-            by_lane = self.send(body, token, chunked=False)
+            by_lane = self.send(body, token, chunked=False, path=path, **headers)
             assert self.flask_requests == 0, "a call with its length is answered before Flask"
-            by_flask = self.send(body, token, chunked=True)
+            by_flask = self.send(body, token, chunked=True, path=path, **headers)
             assert self.flask_requests == 1, "a chunked call is answered by Flask's view"
         self.flask_requests = 0
         return by_lane, by_flask
@@ -88,6 +92,42 @@ def test_a_call_with_its_length_and_a_chunked_one_are_answered_alike(app: Flask,
         assert by_lane == by_flask, body[:60]
         assert by_lane.headers["Content-Type"] == "application/json"
         assert by_lane.body.endswith(b"\n") and "ok" in json.loads(by_lane.body)
+
+
+def mcp_calls() -> Iterator[bytes]:
+    """MCP requests of both eras whose answers do not change between two calls, and refusals."""
+    def rpc(method: str, params: dict[str, Any] | None = None) -> bytes:
+        return json.dumps({"jsonrpc": "2.0", "id": 7, "method": method, "params": params or {}}).encode()
+
+    yield rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}})
+    yield rpc("tools/list")
+    yield rpc("tools/call", {"name": "relay_tool", "arguments": {"action": "list_sessions", "relay": "this"}})
+    yield rpc("tools/call", {"name": "relay_tool", "arguments": {"action": "no_such_action"}})
+    yield rpc("tools/call", {"name": "no_such_tool", "arguments": {}})
+    yield rpc("no/such/method")
+    yield json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
+    modern = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
+              "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}}
+    yield rpc("tools/list", {"_meta": modern})
+    for body in (b"", b"not json", b"[]", b'{"jsonrpc": "1.0"}'):
+        yield body
+
+
+def test_mcp_requests_with_their_length_and_chunked_are_answered_alike(app: Flask, desk: Agent) -> None:
+    doors = Doors(app)
+    for body in mcp_calls():
+        by_lane, by_flask = doors.both(body, desk.token, path="/mcp", **MCP_HEADERS)
+        assert by_lane == by_flask, body[:80]
+    modern = json.dumps({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
+        "name": "relay_tool", "arguments": {"action": "list_sessions", "relay": "this"},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
+                  "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}}}}).encode()
+    by_lane, by_flask = doors.both(modern, desk.token, path="/mcp", **{
+        **MCP_HEADERS, "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "relay_tool"})
+    assert by_lane == by_flask and by_lane.status == "200 OK" and b'"isError":false' in by_lane.body
+    by_lane, by_flask = doors.both(next(mcp_calls()), "not-a-token", path="/mcp", **MCP_HEADERS)
+    assert by_lane == by_flask and by_lane.status.startswith("401") and "WWW-Authenticate" in by_lane.headers
+    assert set(ROUTES) == {ROUTE, "/mcp"}
 
 
 def test_what_the_lane_does_not_take_flask_answers(app: Flask, desk: Agent) -> None:

@@ -179,19 +179,21 @@ def _install_request_hooks(app: Flask) -> None:
         if not database.is_closed():
             database.close()
 
-    @app.after_request
-    def add_retry_after(response: Response) -> Response:
-        # 429 and 503 answers say when to come back in the body; HTTP clients read the header.
-        if response.status_code in (429, 503) and response.is_json:
-            wait = retry_after(response.status_code, response.get_json(silent=True))
-            if wait is not None:
-                response.headers["Retry-After"] = wait
-        return response
+    app.after_request(add_retry_after)
 
     @app.get("/favicon.ico")
     def favicon() -> ResponseReturnValue:
         # Browsers ask for it on every page without a <link rel="icon">; no sign-in needed for an icon.
         return send_from_directory(app.static_folder or "static", "favicon.ico", max_age=defaults.FAVICON_MAX_AGE_SECONDS)
+
+
+def add_retry_after(response: Response) -> Response:
+    """429 and 503 answers say when to come back in the body; HTTP clients read the header."""
+    if response.status_code in (429, 503) and response.is_json:
+        wait = retry_after(response.status_code, response.get_json(silent=True))
+        if wait is not None:
+            response.headers["Retry-After"] = wait
+    return response
 
 
 def retry_after(status: int, body: Any) -> str | None:

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from flask import Blueprint, jsonify, request
+from flask import Blueprint, current_app, jsonify
 from flask.typing import ResponseReturnValue
-from werkzeug.datastructures import Headers
 
 from oar.actions.context import CallContext
 from oar.actions.dispatch import dispatch, short_read_gate
@@ -16,14 +13,14 @@ from oar.core import tracing
 from oar.core.errors import STATUS_BY_CODE, ActionError, invalid, refusals_ending
 from oar.core.fields import Param, check_fields
 from oar.core.ratelimit import refuse_over_limit
-from oar.core.runtime import Runtime
 from oar.core.timeutil import utcnow
 from oar.core.waiting import watched_by
 from oar.web import runtime
 from oar.web.auth import agent_of, require_agent, token_in
-from oar.web.bodies import json_body
+from oar.web.bodies import JsonAnswer, json_body, json_of
 from oar.web.connection import connection_watch
 from oar.web.described import OBJECT, SESSION, TEXT, TEXTS, Operation, described
+from oar.web.plain_request import PlainRequest
 
 blueprint = Blueprint("api", __name__)
 
@@ -39,21 +36,22 @@ blueprint = Blueprint("api", __name__)
 def relay_tool() -> ResponseReturnValue:
     # Most calls are answered by `call_lane.CallLane` before Flask; this view answers the rest
     # (a body sent in chunks), the same way.
-    status, body = answer_call(runtime(), json_body(), request.headers, request.environ)
-    return jsonify(body), status
+    return answer_relay_tool(PlainRequest.of_flask()).response()
 
 
-def answer_call(rt: Runtime, payload: Any, headers: Headers, environ: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    """One agent call: its caller by the token in `headers`, the call run by the dispatcher
-    (which answers every refusal of the call itself); the HTTP status and the JSON answer."""
+def answer_relay_tool(http: PlainRequest) -> JsonAnswer:
+    """One agent call: its caller by its token, the call run by the dispatcher (which answers
+    every refusal of the call itself)."""
+    payload = json_of(http.read_body(), current_app.json.loads)
     with short_read_gate(payload):
         try:
-            caller = agent_of(token_in(headers.get("Authorization")))
+            caller = agent_of(token_in(http.headers.get("Authorization")))
         except ActionError as refused:
-            return refused.status, refused.to_dict()
-        with watched_by(connection_watch(environ)):
-            ctx = CallContext(runtime=rt, caller_session=caller, via="http", trace_carrier=tracing.read_carrier(headers))
-            return dispatch(ctx, payload)
+            return JsonAnswer(refused.to_dict(), refused.status)
+        with watched_by(connection_watch(http.environ)):
+            ctx = CallContext(runtime=runtime(), caller_session=caller, via="http", trace_carrier=tracing.read_carrier(http.headers))
+            status, body = dispatch(ctx, payload)
+    return JsonAnswer(body, status)
 
 
 # An agent's own background tasks (README "Background tasks"). Same token, same JSON shape;

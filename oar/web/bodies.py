@@ -1,11 +1,12 @@
-"""Reading a request's JSON body the one way every JSON endpoint does (docs/errors.md)."""
+"""Reading a request's JSON body the one way every JSON endpoint does (docs/errors.md), and writing a JSON answer."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from flask import current_app, request
+from flask import Response, current_app, jsonify, request
 
 
 def json_body() -> Any:
@@ -22,3 +23,27 @@ def json_of(data: bytes, loads: Callable[[bytes], Any]) -> Any:
         return loads(data)
     except (ValueError, RecursionError):
         return None
+
+
+@dataclass(frozen=True)
+class JsonAnswer:
+    """A JSON answer not yet written: a Flask view makes it a response (`response`), the call lane
+    (oar/web/call_lane.py) writes the same bytes and headers itself, without a response object."""
+
+    body: Any
+    status: int = 200
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def response(self) -> Response:
+        response = jsonify(self.body)
+        response.status_code = self.status
+        response.headers.extend(self.headers)
+        return response
+
+
+# What an endpoint the call lane answers gives: JSON, or a response of its own (an event stream, a 202).
+Answer = JsonAnswer | Response
+
+
+def flask_response(answer: Answer) -> Response:
+    return answer.response() if isinstance(answer, JsonAnswer) else answer

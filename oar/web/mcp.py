@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response, current_app
 from flask.typing import ResponseReturnValue
+from werkzeug.datastructures import Headers
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from oar import __version__
@@ -27,9 +28,11 @@ from oar.core.errors import ActionError
 from oar.sessions.sessions import Session
 from oar.turns import outside
 from oar.web import mcp_modern, mcp_wire, runtime
-from oar.web.auth import bearer_token, require_agent
+from oar.web.auth import agent_of, require_agent, token_in
+from oar.web.bodies import Answer, JsonAnswer, flask_response
 from oar.web.mcp_calls import run_call
 from oar.web.mcp_wire import ToolSet, WireError
+from oar.web.plain_request import PlainRequest
 
 blueprint = Blueprint("mcp", __name__)
 
@@ -38,22 +41,18 @@ PROTOCOL_HEADER = "MCP-Protocol-Version"
 BEFORE_VERSION = ("initialize", "server/discover")
 
 
-def refused(error: ActionError) -> ResponseReturnValue:
+def refused(error: ActionError) -> JsonAnswer:
     """No token or a bad one: HTTP 401 in the relay's shape, before any MCP exchange."""
-    response = jsonify(error.to_dict())
-    response.status_code = error.status
-    if error.status == 401:
-        response.headers["WWW-Authenticate"] = 'Bearer realm="oar-relay"'
-    return response
+    challenge = (("WWW-Authenticate", 'Bearer realm="oar-relay"'),) if error.status == 401 else ()
+    return JsonAnswer(error.to_dict(), error.status, challenge)
 
 
 def no_stream() -> ResponseReturnValue:
     """No server-initiated stream and no sessions to end: 405, as the transport says."""
     require_agent()
-    response = jsonify(rpc_error(None, mcp_wire.INVALID_REQUEST, "Method Not Allowed: POST one JSON-RPC message."))
-    response.status_code = 405
-    response.headers["Allow"] = "POST"
-    return response
+    return JsonAnswer(
+        rpc_error(None, mcp_wire.INVALID_REQUEST, "Method Not Allowed: POST one JSON-RPC message."), 405, (("Allow", "POST"),),
+    ).response()
 
 
 def add_endpoint(on: Blueprint, path: str, tools: ToolSet) -> None:
@@ -61,46 +60,54 @@ def add_endpoint(on: Blueprint, path: str, tools: ToolSet) -> None:
     endpoint = path.strip("/").replace("/", "_")
 
     def post() -> ResponseReturnValue:
-        return serve(tools)
+        return flask_response(answer_post(tools, PlainRequest.of_flask()))
 
-    on.register_error_handler(ActionError, refused)
+    on.register_error_handler(ActionError, lambda error: refused(error).response())
     on.add_url_rule(path, f"{endpoint}_no_stream", no_stream, methods=["GET", "DELETE"])
     on.add_url_rule(path, f"{endpoint}_post", post, methods=["POST"])
 
 
-def serve(tools: ToolSet) -> ResponseReturnValue:
-    caller = require_agent()
+def answer_post(tools: ToolSet, http: PlainRequest) -> Answer:
+    """A POST to an endpoint serving `tools`, by Flask's view or the call lane (oar/web/call_lane.py)."""
+    try:
+        return serve(tools, http)
+    except ActionError as error:
+        return refused(error)
+
+
+def serve(tools: ToolSet, http: PlainRequest) -> Answer:
+    token = token_in(http.headers.get("Authorization"))
+    caller = agent_of(token)
     if tools.recognises_outside:
         # An MCP client holding an owner's conversation that never had a turn is that conversation's
         # agent, outside the relay (docs/sessions.md#agents-outside-the-relay).
         outside.recognise(caller)
     try:
-        body = request.get_data(cache=False)
+        body = http.read_body()
     except RequestEntityTooLarge:
-        limit = request.max_content_length or 0
-        return jsonify(rpc_error(None, mcp_wire.INVALID_REQUEST, f"Request too large: at most {limit} bytes.")), 413
+        limit = current_app.config["MAX_CONTENT_LENGTH"]
+        return JsonAnswer(rpc_error(None, mcp_wire.INVALID_REQUEST, f"Request too large: at most {limit} bytes."), 413)
     modern = False
     try:
         message = mcp_wire.parse(body)
         if not message.is_request:
             return Response(status=202)  # notifications (initialized, cancelled) and responses need no answer
-        modern = mcp_modern.is_modern(message)
+        modern = mcp_modern.is_modern(message, http.headers)
         if modern:
-            token_hash = ids.hash_token(bearer_token() or "")  # require_agent has accepted it
-            return mcp_modern.answer(tools, caller, token_hash, message)
-        version = protocol_version(message.method)
-        return answer(tools, caller, message, version)
+            return mcp_modern.answer(tools, caller, ids.hash_token(token or ""), message, http)
+        version = protocol_version(message.method, http.headers)
+        return answer(tools, caller, message, version, http)
     except WireError as error:
         if modern:
             status = mcp_modern.http_status(error.code)
         else:
             status = 400 if error.code in (mcp_wire.PARSE_ERROR, mcp_wire.INVALID_REQUEST) else 200
-        return jsonify(rpc_error(error.request_id, error.code, error.message, error.data)), status
+        return JsonAnswer(rpc_error(error.request_id, error.code, error.message, error.data), status)
 
 
-def protocol_version(method: str | None) -> str:
+def protocol_version(method: str | None, headers: Headers) -> str:
     """The revision this request speaks, from its header; an unknown one is refused."""
-    sent = request.headers.get(PROTOCOL_HEADER)
+    sent = headers.get(PROTOCOL_HEADER)
     if method in BEFORE_VERSION or sent is None:
         return sent if sent in mcp_wire.PROTOCOL_VERSIONS else mcp_wire.ASSUMED_PROTOCOL_VERSION
     if sent not in mcp_wire.PROTOCOL_VERSIONS:
@@ -111,23 +118,23 @@ def protocol_version(method: str | None) -> str:
     return sent
 
 
-def answer(tools: ToolSet, caller: Session, message: mcp_wire.Message, version: str) -> ResponseReturnValue:
+def answer(tools: ToolSet, caller: Session, message: mcp_wire.Message, version: str, http: PlainRequest) -> Answer:
     """A request of the handshake era."""
     request_id = message.request_id
     try:
         if message.method == "initialize":
-            return jsonify(mcp_wire.result(request_id, mcp_wire.initialize_result(message.params, __version__, tools)))
+            return JsonAnswer(mcp_wire.result(request_id, mcp_wire.initialize_result(message.params, __version__, tools)))
         if message.method == "ping":
-            return jsonify(mcp_wire.result(request_id, {}))
+            return JsonAnswer(mcp_wire.result(request_id, {}))
         if message.method == "tools/list":
-            return jsonify(mcp_wire.result(request_id, mcp_wire.tool_list(tools)))
+            return JsonAnswer(mcp_wire.result(request_id, mcp_wire.tool_list(tools)))
         if message.method == "tools/call":
             call = mcp_wire.tool_call(message.params, tools)
 
             def shape(body: dict[str, Any]) -> dict[str, Any]:
                 return mcp_wire.tool_result(body, version, failed=tools.failed(body))
 
-            return run_call(tools, runtime(), caller, call, request_id, shape)
+            return run_call(tools, runtime(), caller, call, request_id, shape, http)
     except WireError as error:
         raise WireError(error.code, error.message, request_id, error.data) from None
     raise WireError(mcp_wire.METHOD_NOT_FOUND, f"Method not found: {str(message.method)[:80]}", request_id)

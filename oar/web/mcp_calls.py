@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from flask import Response, jsonify, request
-from flask.typing import ResponseReturnValue
+from flask import Response
+from werkzeug.datastructures import Headers
 
 from oar.actions.context import CallContext
 from oar.core import tracing
@@ -24,8 +24,10 @@ from oar.core.runtime import Runtime
 from oar.core.waiting import CallerWatch, watched_by
 from oar.sessions.sessions import Session
 from oar.web import mcp_wire
+from oar.web.bodies import Answer, JsonAnswer
 from oar.web.connection import connection_watch
 from oar.web.mcp_wire import ToolCall, ToolSet
+from oar.web.plain_request import PlainRequest
 
 # An idle event stream sends a comment this often, which also finds a client that went away.
 KEEPALIVE_SECONDS = 5.0
@@ -46,22 +48,24 @@ def mcp_context(rt: Runtime, caller: Session, *, capped: bool, carrier: dict[str
     return ctx
 
 
-def accepts_event_stream() -> bool:
-    return "text/event-stream" in request.headers.get("Accept", "")
+def accepts_event_stream(headers: Headers) -> bool:
+    return "text/event-stream" in headers.get("Accept", "")
 
 
-def run_call(tools: ToolSet, rt: Runtime, caller: Session, call: ToolCall, request_id: Any, shape: Shape) -> ResponseReturnValue:
+def run_call(
+    tools: ToolSet, rt: Runtime, caller: Session, call: ToolCall, request_id: Any, shape: Shape, http: PlainRequest,
+) -> Answer:
     """Run the call for this request: streamed with progress when the client can follow it, else capped.
     Its trace continues the request's `_meta`, else its `traceparent` header."""
-    carrier = call.trace_carrier or tracing.read_carrier(request.headers)
-    if call.progress_token is not None and tools.waits and accepts_event_stream():
+    carrier = call.trace_carrier or tracing.read_carrier(http.headers)
+    if call.progress_token is not None and tools.waits and accepts_event_stream(http.headers):
         return streamed_call(tools, rt, caller, call, call.progress_token, request_id, shape, carrier)
     ctx = mcp_context(rt, caller, capped=True, carrier=carrier)
     # A client that cut the call (its own timeout) is seen going away: a card it waited on
     # is kept or withdrawn, and nothing is done for it.
-    with watched_by(connection_watch(request.environ)):
+    with watched_by(connection_watch(http.environ)):
         body = tools.call(ctx, call.name, call.arguments)
-    return jsonify(mcp_wire.result(request_id, shape(body)))
+    return JsonAnswer(mcp_wire.result(request_id, shape(body)))
 
 
 def streamed_call(
