@@ -19,7 +19,6 @@ from oar.web.call_lane import ROUTES
 from tests.support.clients import Agent
 from tests.support.relays import Relay, RelayStack
 
-
 ROUTE = "/api/v1/relay_tool"
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
 
@@ -109,8 +108,7 @@ def mcp_calls() -> Iterator[bytes]:
     modern = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
               "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}}
     yield rpc("tools/list", {"_meta": modern})
-    for body in (b"", b"not json", b"[]", b'{"jsonrpc": "1.0"}'):
-        yield body
+    yield from (b"", b"not json", b"[]", b'{"jsonrpc": "1.0"}')
 
 
 def test_mcp_requests_with_their_length_and_chunked_are_answered_alike(app: Flask, desk: Agent) -> None:
