@@ -40,7 +40,7 @@ class Doors:
     def _ran(self, _sender: Any, **_extra: Any) -> None:
         self.flask_requests += 1
 
-    def send(self, body: bytes, token: str | None, *, chunked: bool, path: str = ROUTE, **extra: str) -> Answer:
+    def send(self, body: bytes, token: str | None, *, chunked: bool, path: str = ROUTE, **extra: str) -> Answered:
         headers = {"Content-Type": "application/json", **extra}
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
@@ -51,9 +51,9 @@ class Doors:
         else:
             environ["CONTENT_LENGTH"] = str(len(body))
         chunks, status, answer_headers = run_wsgi_app(self.app, environ, buffered=True)
-        return Answer(status, dict(answer_headers), b"".join(chunks))
+        return Answered(status, dict(answer_headers), b"".join(chunks))
 
-    def both(self, body: bytes, token: str | None, path: str = ROUTE, **headers: str) -> tuple[Answer, Answer]:
+    def both(self, body: bytes, token: str | None, path: str = ROUTE, **headers: str) -> tuple[Answered, Answered]:
         with request_started.connected_to(self._ran, self.app):
             by_lane = self.send(body, token, chunked=False, path=path, **headers)
             assert self.flask_requests == 0, "a call with its length is answered before Flask"
@@ -64,7 +64,7 @@ class Doors:
 
 
 @dataclass(frozen=True)
-class Answer:
+class Answered:
     status: str
     headers: dict[str, str]
     body: bytes
