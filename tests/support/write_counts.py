@@ -18,7 +18,7 @@ is the worker being alive, not a change a call made (the full snapshot left it o
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import peewee
@@ -45,18 +45,34 @@ def _trigger(table: str, event: str) -> str:
 
 def install() -> None:
     """Create the log table and every table's triggers (again, if they are there)."""
-    with database.connection_context(), database.atomic():
+
+    def steps() -> None:
         uninstall_in_transaction()
         if _is_postgres():
             _install_postgres()
         else:
             _install_sqlite()
 
+    _in_one_transaction(steps)
+
 
 def uninstall() -> None:
     """Drop the triggers and the log: the relay's schema as migrations left it."""
-    with database.connection_context(), database.atomic():
-        uninstall_in_transaction()
+    _in_one_transaction(uninstall_in_transaction)
+
+
+def _in_one_transaction(steps: Callable[[], None], attempts: int = 5) -> None:
+    """`steps` in one transaction. On PostgreSQL each CREATE or DROP TRIGGER locks its table in
+    turn while the shared relay's workers write theirs: the server may end the one or the other
+    in a deadlock. Ours rolls back whole, and runs again."""
+    for attempt in range(1, attempts + 1):
+        try:
+            with database.connection_context(), database.atomic():
+                steps()
+            return
+        except Exception as error:  # psycopg2's DeadlockDetected, which peewee passes on unwrapped
+            if "deadlock detected" not in str(error) or attempt == attempts:
+                raise
 
 
 def uninstall_in_transaction() -> None:
