@@ -202,6 +202,11 @@ def retry_after(status: int, body: Any) -> str | None:
     return str(max(1, math.ceil(wait))) if isinstance(wait, int | float) and not isinstance(wait, bool) else None
 
 
+def api_refusal(error: HTTPException) -> ActionError:
+    """An HTTP error werkzeug raised (a wrong method, a body too large or too slow), as the API answers it."""
+    return http_error(error.code or 500, f"{error.name}: {error.description} Nothing was done.")
+
+
 def _install_error_handlers(app: Flask) -> None:
     """Every error becomes an ActionError, answered by `action_error`: the documented JSON shape
     (docs/errors.md), or the page's error page for the page's paths."""
@@ -217,7 +222,7 @@ def _install_error_handlers(app: Flask) -> None:
     def http_exception(error: HTTPException) -> ResponseReturnValue:
         if page.is_page_request():
             return action_error(page.http_refusal(error))
-        return action_error(http_error(error.code or 500, f"{error.name}: {error.description} Nothing was done."))
+        return action_error(api_refusal(error))
 
     @app.errorhandler(Exception)
     def internal_error(error: Exception) -> ResponseReturnValue:

@@ -30,9 +30,9 @@ from werkzeug.http import HTTP_STATUS_CODES
 
 from oar.core import metrics
 from oar.core.db import database
-from oar.core.errors import ActionError, http_error
+from oar.core.errors import ActionError
 from oar.core.failures import unexpected
-from oar.web import RelayJSONProvider, WSGIApp, add_retry_after, api, mcp, retry_after
+from oar.web import RelayJSONProvider, WSGIApp, add_retry_after, api, api_refusal, mcp, retry_after
 from oar.web.bodies import Answer, JsonAnswer
 from oar.web.plain_request import PlainRequest
 
@@ -86,10 +86,9 @@ class CallLane:
 
     def _taken_length(self, environ: dict[str, Any]) -> int | None:
         """The body's length when the lane takes the request, else None."""
-        length = environ.get("CONTENT_LENGTH") or ""
-        if not (length.isascii() and length.isdigit()) or int(length) > self.max_length:
-            return None
-        return int(length)
+        sent = environ.get("CONTENT_LENGTH") or ""
+        length = int(sent) if sent.isascii() and sent.isdigit() else None
+        return length if length is not None and length <= self.max_length else None
 
     def _answer(self, answer: Callable[[PlainRequest], Answer], route: str, environ: dict[str, Any], length: int) -> Answer:
         """The route's answer, as the app's view and error handlers give it."""
@@ -98,7 +97,7 @@ class CallLane:
             if len(data) < length:
                 raise ClientDisconnected()
         except HTTPException as error:  # the body did not come (in time: `request_deadlines`)
-            return _refused(http_error(error.code or 400, f"{error.name}: {error.description} Nothing was done."))
+            return _refused(api_refusal(error))
         database.connect(reuse_if_open=True)
         try:
             return answer(PlainRequest(headers=EnvironHeaders(environ), environ=environ, read_body=lambda: data))
