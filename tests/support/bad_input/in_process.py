@@ -2,9 +2,9 @@
 database's write counts (tests/support/write_counts.py), in a world kept while nothing writes.
 
 The app is the shared relay's own (`create_app(config)`, its database and Redis); its workers
-built the world. A case calls as the web's `relay_tool` does — the same token check, the same
-short-read gate, `dispatch` — but without a socket, and the arguments and the answer go through
-JSON as on the wire. A refused case must change no row: the write counts before and after are
+built the world. A case calls the function both doors of the web's `relay_tool` call
+(`api.answer_relay_tool`: the token check, the short-read gate, `dispatch`) with its JSON body,
+without a socket; the answer goes through JSON as on the wire. A refused case must change no row: the write counts before and after are
 equal. That is also why one world serves every case of a table: a case that wrote would fail
 its own check, and the next case would find the counts moved and build the world again.
 
@@ -20,13 +20,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from flask import Flask
+from werkzeug.datastructures import Headers
 from werkzeug.test import TestResponse
 
-from oar.actions.context import CallContext
-from oar.actions.dispatch import dispatch, short_read_gate
 from oar.core.db import database, open_database
-from oar.core.errors import ActionError
-from oar.web.auth import require_agent
+from oar.web.api import answer_relay_tool
+from oar.web.plain_request import PlainRequest
 from tests.support import write_counts
 from tests.support.bad_input.world import Case, World, assert_refused, build_world
 from tests.support.relays import RelayStack
@@ -39,17 +38,12 @@ def wire(value: Any) -> Any:
 
 
 def call(app: Flask, token: str, action: str, args: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
-    """One relay_tool call of the agent whose token this is, as `oar.web.api.relay_tool` makes it."""
-    payload = wire({"action": action, **args})
-    headers = {"Authorization": f"Bearer {token}"}
-    with app.test_request_context("/api/v1/relay_tool", method="POST", headers=headers), database.connection_context():
-        try:
-            with short_read_gate(payload):
-                ctx = CallContext(runtime=app.extensions["oar"], caller_session=require_agent(), via="http")
-                status, body = dispatch(ctx, payload)
-        except ActionError as error:  # the token refused: the app's handler answers so
-            status, body = error.status, error.to_dict()
-    return status, wire(body)
+    """One relay_tool call of the agent whose token this is, answered by `api.answer_relay_tool`."""
+    body = json.dumps({"action": action, **args}).encode()
+    http = PlainRequest(headers=Headers({"Authorization": f"Bearer {token}"}), environ={}, read_body=lambda: body)
+    with app.app_context(), database.connection_context():
+        answered = answer_relay_tool(http)
+    return answered.status, wire(answered.body)
 
 
 def assert_case_refused_in_process(world: World, case: Case) -> None:
