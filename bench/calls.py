@@ -2,10 +2,13 @@
 
 The relay as the Procfile runs it (`gunicorn wsgi:app` with gunicorn.conf.py, `oar worker`, `oar
 clock`, an embedded Redis, SQLite seeded with `--sessions` × `--messages`) and a bare Flask JSON
-endpoint served by the same gunicorn configuration (bench/bare_app.py). wrk sends each workload in
-turn, `--rounds` times, for `--seconds` each, over `--connections` keep-alive connections. For each:
-requests per second, and the CPU (user + system) the server's processes used per answered request,
-each also as a ratio to the bare endpoint's in the same run, with the goal beside it (issue #37).
+endpoint served by the same gunicorn configuration (bench/bare_app.py). wrk sends each workload
+for `--seconds` over `--connections` keep-alive connections, with the bare endpoint measured
+again between every two workloads, `--rounds` times. For each call: requests per second and the
+CPU (user + system) the server's processes used per answered request, and, beside the goal
+(issue #37), its ratio to the bare endpoint: each measurement divided by the mean of the bare
+measurements just before and just after it, the median of those over the rounds. A machine whose
+speed drifts over a run (a virtual machine's neighbours) moves both sides of each ratio alike.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import json
 import math
 import os
 import random
+import statistics
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,6 +40,7 @@ GOALS = {
 JSON = (("Content-Type", "application/json"),)
 # Headers an MCP client sends on every request (docs/mcp.md).
 MCP = (("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream"))
+SEND = "relay_tool send (echo, wait_seconds 0)"
 # A conversation's agent-to-agent prompts before the owner is asked (docs/rules.md#loop-protection).
 SENDS_PER_SENDER = defaults.LOOP_PROMPTS_BEFORE_CARD - 1
 
@@ -52,6 +57,9 @@ class Measured:
     cpu_seconds: float = 0.0
     p50_ms: list[float] = field(default_factory=list)
     p99_ms: list[float] = field(default_factory=list)
+    # Each measurement's req/s and CPU per request ÷ the bare endpoint's around it (`between_bare`).
+    ratios: list[float] = field(default_factory=list)
+    cpu_ratios: list[float] = field(default_factory=list)
 
     @property
     def per_second(self) -> float:
@@ -60,6 +68,22 @@ class Measured:
     @property
     def cpu_ms(self) -> float:
         return self.cpu_seconds * 1000 / self.requests if self.requests else math.nan
+
+    def add(self, one: Measured) -> None:
+        self.requests += one.requests
+        self.seconds += one.seconds
+        self.failed += one.failed
+        self.cpu_seconds += one.cpu_seconds
+        self.p50_ms += one.p50_ms
+        self.p99_ms += one.p99_ms
+
+
+def between_bare(measured: Measured, before: Measured, after: Measured, into: Measured) -> None:
+    """`measured` added to `into`, with its ratios to the mean of the bare endpoint's
+    measurements just before and after it."""
+    into.add(measured)
+    into.ratios.append(measured.per_second / statistics.mean([before.per_second, after.per_second]))
+    into.cpu_ratios.append(measured.cpu_ms / statistics.mean([before.cpu_ms, after.cpu_ms]))
 
 
 @dataclass(frozen=True)
@@ -130,16 +154,36 @@ def check(name: str, workload: Workload) -> None:
         raise RuntimeError(f"{name}: {asked.method} {asked.path} answered {answer.status_code}: {answer.text[:500]}")
 
 
-def measure(name: str, workload: Workload, args: argparse.Namespace, into: Measured) -> None:
+def measure(name: str, workload: Workload, args: argparse.Namespace) -> Measured:
     before = usage.sample(workload.server.pid).cpu_seconds
     result = wrk.run(workload.server.url, workload.requests, args.seconds, args.threads, args.connections)
-    into.cpu_seconds += usage.sample(workload.server.pid).cpu_seconds - before
-    into.requests += result.requests - result.non_2xx
-    into.failed += result.non_2xx + result.socket_errors
-    into.seconds += result.seconds
-    into.p50_ms.append(result.p50_ms)
-    into.p99_ms.append(result.p99_ms)
     progress(f"  {name}: {result.requests / result.seconds:,.0f} req/s, {result.non_2xx + result.socket_errors} failed")
+    return Measured(
+        requests=result.requests - result.non_2xx, seconds=result.seconds, failed=result.non_2xx + result.socket_errors,
+        cpu_seconds=usage.sample(workload.server.pid).cpu_seconds - before, p50_ms=[result.p50_ms], p99_ms=[result.p99_ms],
+    )
+
+
+def one_round(running: stack.Running, owner: Owner, target: str, measured: dict[str, Workload],
+              args: argparse.Namespace, totals: dict[str, Measured]) -> None:
+    """Every workload once, the bare endpoint measured before the first and after each."""
+    bare = totals[BASELINE]
+    before = measure(BASELINE, measured[BASELINE], args)
+    bare.add(before)
+    for name, workload in measured.items():
+        if name == BASELINE:
+            continue
+        this = measure(name, workload, args)
+        after = measure(BASELINE, measured[BASELINE], args)
+        between_bare(this, before, after, totals[name])
+        bare.add(after)
+        before = after
+    sending = send_workload(running, owner, target, bare.per_second * args.seconds, args.threads)
+    check("send", sending)
+    this = measure("relay_tool send", sending, args)
+    after = measure(BASELINE, measured[BASELINE], args)
+    between_bare(this, before, after, totals[SEND])
+    bare.add(after)
 
 
 def run(argv: Sequence[str]) -> int:
@@ -157,41 +201,42 @@ def run(argv: Sequence[str]) -> int:
             for name, workload in measured.items():
                 check(name, workload)
                 wrk.run(workload.server.url, workload.requests, 1.0, args.threads, args.connections)  # warm-up
-            totals = {name: Measured() for name in [*measured, "relay_tool send (echo, wait_seconds 0)"]}
+            totals = {name: Measured() for name in [*measured, SEND]}
             for number in range(1, args.rounds + 1):
                 progress(f"round {number}/{args.rounds}")
-                for name, workload in measured.items():
-                    measure(name, workload, args, totals[name])
-                expected = totals[BASELINE].per_second * args.seconds
-                sending = send_workload(running, owner, target, expected, args.threads)
-                check("send", sending)
-                measure("relay_tool send", sending, args, totals["relay_tool send (echo, wait_seconds 0)"])
+                one_round(running, owner, target, measured, args, totals)
             print(render(args, running, totals), flush=True)
     return 0
 
 
 def render(args: argparse.Namespace, running: stack.Running, totals: dict[str, Measured]) -> str:
-    bare = totals[BASELINE]
-    header = f"{'call':<40}{'req/s':>9}{'× bare':>8}{'goal':>7}{'CPU ms/req':>12}{'× bare':>8}{'p50 ms':>8}{'p99 ms':>8}{'failed':>8}"
+    header = (f"{'call':<40}{'req/s':>9}{'× bare':>8}{'(range)':>12}{'goal':>7}{'CPU ms/req':>12}{'× bare':>8}"
+              f"{'p50 ms':>8}{'p99 ms':>8}{'failed':>8}")
     lines = [
         "OAR Relay benchmark: what a call costs (wrk)",
         f"machine      {os.cpu_count()} CPUs; {running.shape.describe()} (gunicorn.conf.py), relay and bare alike",
         f"load         wrk, {args.threads} threads × {args.connections} connections, {args.rounds} × {args.seconds:g} s "
-        f"per call; SQLite with {args.sessions:,} sessions × {args.messages} messages",
+        f"per call, the bare endpoint again between every two calls; SQLite with {args.sessions:,} sessions × {args.messages} messages",
         "", header, "-" * len(header),
     ]
     for name, figures in totals.items():
-        ratio = figures.per_second / bare.per_second
-        cpu_ratio = figures.cpu_ms / bare.cpu_ms
+        ratio, spread = (1.0, "") if name == BASELINE else (ratio_of(figures), f"{min(figures.ratios):.2f}–{max(figures.ratios):.2f}")
+        cpu_ratio = 1.0 if name == BASELINE else statistics.median(figures.cpu_ratios)
         goal = GOALS.get(name)
         goal_text = "" if goal is None else f"≥{goal:g}" + (" ✓" if ratio >= goal else " ✗")
         lines.append(
-            f"{name:<40}{figures.per_second:>9,.0f}{ratio:>8.2f}{goal_text:>7}{figures.cpu_ms:>12.3f}{cpu_ratio:>8.2f}"
-            f"{max(figures.p50_ms):>8.1f}{max(figures.p99_ms):>8.1f}{figures.failed:>8}"
+            f"{name:<40}{figures.per_second:>9,.0f}{ratio:>8.2f}{spread:>12}{goal_text:>7}{figures.cpu_ms:>12.3f}"
+            f"{cpu_ratio:>8.2f}{max(figures.p50_ms):>8.1f}{max(figures.p99_ms):>8.1f}{figures.failed:>8}"
         )
+    lines.append("× bare: each measurement ÷ the bare endpoint's just before and after it, the median over the rounds "
+                 "(range: the lowest and highest)")
     lines.append("CPU × bare: the call's server CPU per request ÷ the bare endpoint's (how many times its cost)")
     for name, goal in GOALS.items():
-        ratio = totals[name].per_second / bare.per_second
+        ratio = ratio_of(totals[name])
         lines.append(report.goal_line(f"{name} req/s (wrk)", f"× {ratio:.2f} of the bare endpoint's", f"≥ × {goal:g}",
                                       ratio >= goal))
     return "\n".join(lines)
+
+
+def ratio_of(figures: Measured) -> float:
+    return statistics.median(figures.ratios)
