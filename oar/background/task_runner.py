@@ -36,7 +36,7 @@ import redis
 
 from oar.background import output_files, output_store, sandbox, tasks
 from oar.background.task_views import output_file_time
-from oar.core import events, keys, work_folders
+from oar.core import cpu_claims, events, keys, work_folders
 from oar.core.config import environment_for_children
 from oar.core.db import release_connection, write_transaction
 from oar.core.models import Session, Task
@@ -135,10 +135,11 @@ def _start(
 
 
 def _popen(argv: list[str], output: BinaryIO, *, cwd: str, env: dict[str, str], fds: list[int]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        argv, cwd=cwd, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        start_new_session=True, env=env, pass_fds=fds,
-    )
+    with cpu_claims.unpinned():  # the task gets every core, not the worker's one
+        return subprocess.Popen(
+            argv, cwd=cwd, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, env=env, pass_fds=fds,
+        )
 
 
 # How a watched task ended other than by itself: asked to stop, or past its time limit.

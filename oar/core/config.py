@@ -111,7 +111,7 @@ def default_data_dir() -> Path:
 
 
 # What OAR_METRICS may say (docs/operations.md#watching-it).
-METRICS_CHOICES = ("on", "off")
+METRICS_CHOICES = ON_OFF = ("on", "off")
 
 
 class ConfigError(ValueError):
@@ -140,6 +140,9 @@ class Config:
     # behind 15 threads, not 63 (docs/decisions.md#one-worker-process).
     worker_processes: int = 1
     worker_threads: int = 64
+    # "on": each worker process keeps to a core of its own while one is free, "off": where the
+    # system puts it (docs/operations.md#a-worker-on-one-core).
+    worker_own_core: str = "on"
     # Calls of one conversation waiting at once (0: no cap).
     max_waits_per_conversation: int = defaults.MAX_WAITS_PER_CONVERSATION
     times: Mapping[str, float] = field(default_factory=dict)
@@ -196,6 +199,7 @@ def from_environment(environ: Mapping[str, str] | None = None) -> Config:
         namespace=env.get("OAR_NAMESPACE") or base.namespace,
         worker_processes=int(env.get("OAR_WORKER_PROCESSES") or base.worker_processes),
         worker_threads=int(env.get("OAR_WORKER_THREADS") or base.worker_threads),
+        worker_own_core=(env.get("OAR_WORKER_OWN_CORE") or base.worker_own_core).strip().lower(),
         max_waits_per_conversation=int(env.get("OAR_MAX_WAITS_PER_CONVERSATION") or base.max_waits_per_conversation),
         times=times,
         bwrap=env.get("OAR_BWRAP") or None,
@@ -225,6 +229,10 @@ def check(config: Config) -> None:
         )
     if config.metrics not in METRICS_CHOICES:
         raise ConfigError(f"OAR_METRICS must be on or off, not {config.metrics[:40]!r}. The relay did not start.")
+    if config.worker_own_core not in ON_OFF:
+        raise ConfigError(
+            f"OAR_WORKER_OWN_CORE must be on or off, not {config.worker_own_core[:40]!r}. The relay did not start."
+        )
     weak_metrics = owner_token_problem(config.metrics_token) if config.metrics_token else None
     if weak_metrics:
         raise ConfigError(

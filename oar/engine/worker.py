@@ -23,6 +23,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from rq import SimpleWorker
@@ -33,7 +34,7 @@ from rq.scheduler import run as run_scheduler
 from rq.timeouts import TimerDeathPenalty
 from rq.worker_pool import WorkerPool
 
-from oar.core import jobs, lifeline, metric_files, metrics, tracing
+from oar.core import cpu_claims, jobs, lifeline, metric_files, metrics, tracing
 from oar.core.collector import freeze_loaded_objects
 from oar.core.config import Config
 from oar.core.db import open_database
@@ -82,6 +83,8 @@ class WorkerOptions:
     # The pool process that forks this worker: the worker stops when the pool is gone, even
     # when it was killed and could not stop its workers (docs/operations.md#when-the-launcher-dies).
     pool_pid: int | None = None
+    # A pool's worker keeps to a core of its own, claimed in this data directory (None: it does not).
+    claim_core_in: Path | None = None
 
 
 class ThreadedWorker(SimpleWorker):
@@ -165,6 +168,8 @@ def main(config: Config, processes: int | None = None, with_clock: bool = False)
     MoreThanOneProcess)."""
     refuse_clock_beside_pool(config, processes, with_clock)
     count = processes or config.worker_processes
+    if count == 1 and config.worker_own_core == "on":
+        cpu_claims.claim_core(config.data_dir)  # first: the threads started below stay on its core too
     launcher = lifeline.take_launcher_pid()
     if launcher is not None:
         lifeline.watch_parent(launcher)
@@ -191,7 +196,8 @@ def main(config: Config, processes: int | None = None, with_clock: bool = False)
     if count == 1:
         _work_in_this_process(config.namespace, runtime, options, with_clock)
         return
-    worker_class = pool_worker_class(replace(options, pool_pid=os.getpid()))
+    claims = config.data_dir if config.worker_own_core == "on" else None
+    worker_class = pool_worker_class(replace(options, pool_pid=os.getpid(), claim_core_in=claims))
     pool = WorkerPool([config.namespace], connection=runtime.redis, num_workers=count, worker_class=worker_class)
     pool.start(logging_level="WARNING")
 
@@ -202,6 +208,8 @@ def pool_worker_class(options: WorkerOptions) -> type[ThreadedWorker]:
 
     class PoolWorker(ThreadedWorker):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
+            if options.claim_core_in is not None:  # in the forked process's main thread, before its threads
+                cpu_claims.claim_core(options.claim_core_in)
             super().__init__(*args, options=options, **kwargs)
 
     return PoolWorker

@@ -48,6 +48,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from oar.core import cpu_claims
 from oar.core.config import environment_for_children
 from oar.providers.base import (
     Activity,
@@ -251,10 +252,11 @@ class CliProvider(Provider):
             return
         environment = agent_environment(self.options.get("environment") or {}, request.task_output_dir)
         try:
-            process = subprocess.Popen(
-                arguments, cwd=request.cwd or None, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True, env=environment,
-            )
+            with cpu_claims.unpinned():  # the agent CLI gets every core, not the worker's one
+                process = subprocess.Popen(
+                    arguments, cwd=request.cwd or None, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True, env=environment,
+                )
         except OSError as error:
             yield TurnFailed(f'Provider "{self.name}" could not start {arguments[0]!r}: {error.strerror or error}.')
             return
