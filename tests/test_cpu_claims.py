@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from oar.core.config import Config, ConfigError, check, from_environment
-from oar.core.cpu_claims import claim_order
+from oar.core.cpu_claims import CLAIMS_FOLDER, claim_core, claim_order
 from oar.core.db import database
 from oar.core.models import Task
 from tests.support.clients import Agent, poll
@@ -113,3 +113,10 @@ def test_the_setting_is_on_or_off_and_a_bad_value_stops_the_relay_at_start(tmp_p
     assert from_environment({"OAR_WORKER_OWN_CORE": " Off "}).worker_own_core == "off"
     with pytest.raises(ConfigError, match=re.escape("OAR_WORKER_OWN_CORE must be on or off, not 'no'")):
         check(Config(data_dir=tmp_path, worker_own_core="no"))
+
+
+@needs_two_cores
+def test_a_data_directory_that_holds_no_claims_leaves_the_worker_on_every_core(tmp_path: Path) -> None:
+    (tmp_path / CLAIMS_FOLDER).write_text("a file where the folder of claims would be")
+    assert claim_core(tmp_path) is None
+    assert sorted(os.sched_getaffinity(0)) == ALLOWED

@@ -20,9 +20,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 from collections.abc import Iterator, Set
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 CLAIMS_FOLDER = "cpu-claims"
 
@@ -51,14 +54,21 @@ def claim_core(data_dir: Path) -> int | None:
     if not order:
         return None
     folder = data_dir / CLAIMS_FOLDER
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    for core in order:
-        fd = _locked(folder / f"cpu-{core}.lock")
-        if fd is None:
-            continue
-        os.sched_setaffinity(0, {core})
-        _allowed_before, _claim_fd = allowed, fd
-        return core
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for core in order:
+            fd = _locked(folder / f"cpu-{core}.lock")
+            if fd is None:
+                continue
+            try:
+                os.sched_setaffinity(0, {core})
+            except OSError:
+                os.close(fd)
+                raise
+            _allowed_before, _claim_fd = allowed, fd
+            return core
+    except OSError as error:  # a folder without locks (some network file systems): run unheld
+        log.warning("the worker runs on every core: no core could be claimed in %s (%s)", folder, error)
     return None
 
 
