@@ -168,8 +168,9 @@ def main(config: Config, processes: int | None = None, with_clock: bool = False)
     MoreThanOneProcess)."""
     refuse_clock_beside_pool(config, processes, with_clock)
     count = processes or config.worker_processes
-    if count == 1 and config.worker_own_core == "on":
-        cpu_claims.claim_core(config.data_dir)  # first: the threads started below stay on its core too
+    claims = config.data_dir if config.worker_own_core == "on" else None
+    if count == 1 and claims is not None:
+        cpu_claims.claim_core(claims)  # first: the threads started below stay on its core too
     launcher = lifeline.take_launcher_pid()
     if launcher is not None:
         lifeline.watch_parent(launcher)
@@ -196,7 +197,6 @@ def main(config: Config, processes: int | None = None, with_clock: bool = False)
     if count == 1:
         _work_in_this_process(config.namespace, runtime, options, with_clock)
         return
-    claims = config.data_dir if config.worker_own_core == "on" else None
     worker_class = pool_worker_class(replace(options, pool_pid=os.getpid(), claim_core_in=claims))
     pool = WorkerPool([config.namespace], connection=runtime.redis, num_workers=count, worker_class=worker_class)
     pool.start(logging_level="WARNING")
